@@ -1,0 +1,180 @@
+-- hivegate's first schema, SQLite edition. migrations/postgres/0001_init.sql creates the same tables with the
+-- same columns; only the column types differ.
+--
+-- Conventions: singular table names, `<table>_id` keys, `created_at`/`updated_at` on every table.
+-- Times are integers: microseconds since the Unix epoch (UTC), always set by the application, never by the
+-- database. JSON documents are stored as text. Text compares bytewise (SQLite's default `binary` collation),
+-- which is the order every list promises.
+
+-- Values every replica shares.
+create table setting (
+    -- e.g. `operator_token_digest`, `cursor_key`
+    name text primary key,
+    value text not null,
+    created_at integer not null,
+    updated_at integer not null
+);
+
+-- A hosted agent: the tenant that owns keys and a registry.
+create table agent (
+    agent_id text primary key,
+    name text not null,
+    description text,
+    -- the request budget shared by all the agent's keys; both null = no agent-wide limit
+    rate_limit_rps integer,
+    rate_limit_burst integer,
+    -- the `ttlMs` hint given to modern clients; null = the configured default
+    cache_ttl_ms integer,
+    -- random and non-zero per creation: SSE event ids carry it, so a re-created agent never replays old ids
+    epoch integer not null,
+    -- the sequence number of the agent's last event. Every registry change bumps it first, which also
+    -- serialises the agent's changes, so sequence numbers commit in order and without gaps
+    event_seq integer not null default 0,
+    created_at integer not null,
+    updated_at integer not null
+);
+
+-- An agent's API key. The key itself is never stored: only its digest.
+create table api_key (
+    -- a UUID v7, assigned by the application
+    api_key_id text primary key,
+    agent_id text not null references agent (agent_id) on delete cascade,
+    name text,
+    -- the first 12 characters of the key, shown so people can tell keys apart
+    prefix text not null,
+    -- hex SHA-256 of the key (HMAC-SHA-256 when a pepper is configured); how presented keys are looked up
+    digest text not null unique,
+    -- comma-separated scopes: `mcp`, `registry`
+    scopes text not null,
+    created_at integer not null,
+    updated_at integer not null,
+    -- null = never expires
+    expires_at integer,
+    -- written at most once a minute per key
+    last_used_at integer,
+    -- null = usable; set once, never cleared
+    revoked_at integer
+);
+
+-- Keys are listed per agent by (created_at, api_key_id).
+create index api_key_agent_created_idx on api_key (agent_id, created_at, api_key_id);
+
+-- A resource of an agent's registry, with its content.
+create table resource (
+    agent_id text not null references agent (agent_id) on delete cascade,
+    -- an absolute URI (RFC 3986), at most 2048 bytes; an opaque key
+    uri text not null,
+    name text not null,
+    title text,
+    description text,
+    mime_type text,
+    -- exactly one of content_text (UTF-8) and content_blob (bytes) is set
+    content_text text,
+    content_blob blob,
+    -- the content's length in bytes
+    size integer not null,
+    -- JSON objects, or null
+    annotations text,
+    meta text,
+    -- 1 when created, bumped on every replace
+    version integer not null,
+    created_at integer not null,
+    updated_at integer not null,
+    primary key (agent_id, uri)
+);
+
+-- An RFC 6570 resource template, optionally with a MiniJinja `text` rendered for matching URIs.
+create table resource_template (
+    agent_id text not null references agent (agent_id) on delete cascade,
+    uri_template text not null,
+    name text not null,
+    title text,
+    description text,
+    mime_type text,
+    -- a JSON object, or null
+    annotations text,
+    -- a MiniJinja template rendered with the URI's variables on `resources/read`, or null
+    text text,
+    created_at integer not null,
+    updated_at integer not null,
+    primary key (agent_id, uri_template)
+);
+
+-- A prompt: MiniJinja message templates rendered with the `prompts/get` arguments.
+create table prompt (
+    agent_id text not null references agent (agent_id) on delete cascade,
+    name text not null,
+    title text,
+    description text,
+    -- JSON array of the declared arguments
+    arguments text not null,
+    -- JSON array of `{role, content}` messages
+    messages text not null,
+    created_at integer not null,
+    updated_at integer not null,
+    primary key (agent_id, name)
+);
+
+-- One committed registry change: the outbox that notifications are sent from and replayed from.
+create table event (
+    agent_id text not null references agent (agent_id) on delete cascade,
+    -- per agent, from 1, without gaps (agent.event_seq)
+    seq integer not null,
+    -- JSON array of the URIs whose resources were replaced or deleted (`notifications/resources/updated`)
+    updated_uris text not null,
+    -- 1 when the resource or template list changed (`notifications/resources/list_changed`)
+    resources_list_changed integer not null,
+    -- 1 when the prompt list changed (`notifications/prompts/list_changed`)
+    prompts_list_changed integer not null,
+    created_at integer not null,
+    -- events are never updated; kept for the convention
+    updated_at integer not null,
+    primary key (agent_id, seq)
+);
+
+-- Old events are pruned by age.
+create index event_created_idx on event (created_at);
+
+-- The audit log: admin changes now, MCP requests later. Records outlive their agents.
+create table audit (
+    -- a UUID v7
+    audit_id text primary key,
+    -- not a foreign key: the record stays when the agent is deleted
+    agent_id text not null,
+    occurred_at integer not null,
+    -- `admin` (a change through the admin API) or `mcp` (a request on the MCP endpoint)
+    kind text not null,
+    -- `operator` or `key:<api_key_id>`
+    actor text not null,
+    -- e.g. `agent.create`, `key.revoke`, `resource.put`, `resource.delete`, `prompt.put`
+    action text not null,
+    -- what the action was applied to: an agent id, key id, URI, URI template or prompt name
+    target text not null,
+    -- hex SHA-256 of the record before and after the change; null when it did not exist
+    before_digest text,
+    after_digest text,
+    -- the `X-Request-Id` of the request that made the change
+    request_id text,
+    -- MCP request records (kind = 'mcp'): who asked what, and how it went
+    key_id text,
+    key_prefix text,
+    session_id text,
+    method text,
+    outcome text,
+    error_code integer,
+    bytes_out integer,
+    latency_us integer,
+    client_ip text,
+    user_agent text,
+    trace_id text,
+    -- the per-agent hash chain that makes the log tamper-evident: position, previous hash, this record's hash
+    chain_seq integer,
+    prev_hash text,
+    hash text,
+    created_at integer not null,
+    updated_at integer not null
+);
+
+-- The audit listing: newest first, optionally for one agent.
+create index audit_occurred_idx on audit (occurred_at desc, audit_id desc);
+create index audit_agent_occurred_idx on audit (agent_id, occurred_at desc, audit_id desc);

@@ -1,0 +1,257 @@
+//! `/agents`: create, list, read, merge-patch and delete agents (operator only).
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::access::{ManagedAgent, OperatorAccess};
+use super::extract::{JsonBody, present};
+use super::page::{Page, PageQuery};
+use crate::domain::AgentId;
+use crate::domain::model::{Agent, AgentPatch, NewAgent, RateLimit};
+use crate::error::{ApiError, Problem};
+use crate::registry::cursor::ListKind;
+use crate::state::AppState;
+use crate::store::StoreError;
+
+/// The largest `cacheTtlMs`: what both databases store as a signed 64-bit integer.
+const MAX_CACHE_TTL_MS: u64 = i64::MAX as u64;
+
+/// A new agent.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateAgent {
+    /// `^[a-z0-9][a-z0-9_-]{0,62}$`; not `admin`, `healthz`, `readyz`, `metrics` or `static`.
+    #[schema(example = "research-bot")]
+    pub id: String,
+    #[schema(example = "Research Assistant")]
+    pub name: String,
+    pub description: Option<String>,
+    pub rate_limit: Option<RateLimit>,
+    /// The `ttlMs` hint modern MCP clients get for this agent's lists and reads.
+    pub cache_ttl_ms: Option<u64>,
+}
+
+/// A JSON merge-patch (RFC 7396) of an agent: absent fields stay, `null` clears an optional field.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PatchAgent {
+    /// Cannot be `null`.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub name: Option<Option<String>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub description: Option<Option<String>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<RateLimit>)]
+    pub rate_limit: Option<Option<RateLimit>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<u64>)]
+    pub cache_ttl_ms: Option<Option<u64>>,
+}
+
+fn check_name(name: &str) -> Result<(), ApiError> {
+    if name.trim().is_empty() {
+        return Err(ApiError::Unprocessable("name must not be empty".to_owned()));
+    }
+    Ok(())
+}
+
+fn check_rate_limit(limit: &RateLimit) -> Result<(), ApiError> {
+    if limit.requests_per_second == 0 || limit.burst == 0 {
+        return Err(ApiError::Unprocessable(
+            "rateLimit.requestsPerSecond and rateLimit.burst must be at least 1".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn check_cache_ttl(ttl: u64) -> Result<(), ApiError> {
+    if ttl > MAX_CACHE_TTL_MS {
+        return Err(ApiError::Unprocessable(format!("cacheTtlMs must be at most {MAX_CACHE_TTL_MS}")));
+    }
+    Ok(())
+}
+
+impl CreateAgent {
+    fn into_new(self) -> Result<NewAgent, ApiError> {
+        let id = AgentId::parse(&self.id)?;
+        check_name(&self.name)?;
+        self.rate_limit.as_ref().map(check_rate_limit).transpose()?;
+        self.cache_ttl_ms.map(check_cache_ttl).transpose()?;
+        Ok(NewAgent {
+            id,
+            name: self.name,
+            description: self.description,
+            rate_limit: self.rate_limit,
+            cache_ttl_ms: self.cache_ttl_ms,
+        })
+    }
+}
+
+impl PatchAgent {
+    fn into_patch(self) -> Result<AgentPatch, ApiError> {
+        let name = match self.name {
+            Some(None) => return Err(ApiError::Unprocessable("name cannot be null".to_owned())),
+            Some(Some(name)) => {
+                check_name(&name)?;
+                Some(name)
+            }
+            None => None,
+        };
+        if let Some(Some(limit)) = &self.rate_limit {
+            check_rate_limit(limit)?;
+        }
+        if let Some(Some(ttl)) = self.cache_ttl_ms {
+            check_cache_ttl(ttl)?;
+        }
+        Ok(AgentPatch {
+            name,
+            description: self.description,
+            rate_limit: self.rate_limit,
+            cache_ttl_ms: self.cache_ttl_ms,
+        })
+    }
+}
+
+/// Create an agent.
+#[utoipa::path(post, path = "/admin/v1/agents", tag = "agents", request_body = CreateAgent,
+    security(("operator" = [])),
+    responses(
+        (status = 201, description = "Created", body = Agent),
+        (status = 409, description = "An agent with this id exists", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid id or values", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[tracing::instrument(name = "admin.create_agent", skip_all)]
+pub async fn create(
+    State(state): State<AppState>,
+    access: OperatorAccess,
+    JsonBody(body): JsonBody<CreateAgent>,
+) -> Result<Response, ApiError> {
+    let new = body.into_new()?;
+    let agent = state.store.create_agent(&new, &access.actor).await.map_err(|error| match error {
+        StoreError::Conflict => ApiError::Conflict(format!("agent {:?} already exists", new.id.as_str())),
+        other => other.into(),
+    })?;
+    let location = format!("/admin/v1/agents/{}", agent.id);
+    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(agent)).into_response())
+}
+
+/// List agents, ordered by id.
+#[utoipa::path(get, path = "/admin/v1/agents", tag = "agents",
+    params(("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
+           ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
+    security(("operator" = [])),
+    responses((status = 200, description = "A page of agents", body = Page<Agent>)))]
+#[tracing::instrument(name = "admin.list_agents", skip_all)]
+pub async fn list(
+    State(state): State<AppState>,
+    _access: OperatorAccess,
+    page: PageQuery,
+) -> Result<Json<Page<Agent>>, ApiError> {
+    let after = page.after(&state.cursors, ListKind::Agents, "")?;
+    let rows = state.store.list_agents(after.as_deref(), page.fetch_limit()).await?;
+    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Agents, "", |a| a.id.as_str())))
+}
+
+/// Read an agent.
+#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}", tag = "agents",
+    params(("agent_id" = String, Path)),
+    security(("operator" = [])),
+    responses((status = 200, description = "The agent", body = Agent),
+               (status = 404, description = "No such agent", body = Problem, content_type = "application/problem+json")))]
+pub async fn get(access: ManagedAgent) -> Json<Agent> {
+    Json(access.agent)
+}
+
+/// Change an agent's name, description, rate limit or cache TTL (JSON merge-patch).
+#[utoipa::path(patch, path = "/admin/v1/agents/{agent_id}", tag = "agents", request_body = PatchAgent,
+    params(("agent_id" = String, Path)),
+    security(("operator" = [])),
+    responses((status = 200, description = "The changed agent", body = Agent),
+               (status = 404, description = "No such agent", body = Problem, content_type = "application/problem+json"),
+               (status = 422, description = "Invalid values", body = Problem, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "admin.patch_agent", skip_all, fields(agent = %access.agent.id))]
+pub async fn patch(
+    State(state): State<AppState>,
+    access: ManagedAgent,
+    JsonBody(body): JsonBody<PatchAgent>,
+) -> Result<Json<Agent>, ApiError> {
+    let patch = body.into_patch()?;
+    let agent = state.store.update_agent(&access.agent.id, &patch, &access.actor).await.map_err(agent_missing)?;
+    Ok(Json(agent))
+}
+
+/// Delete an agent with its keys, registry and streams.
+#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}", tag = "agents",
+    params(("agent_id" = String, Path)),
+    security(("operator" = [])),
+    responses((status = 204, description = "Deleted"),
+               (status = 404, description = "No such agent", body = Problem, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "admin.delete_agent", skip_all, fields(agent = %access.agent.id))]
+pub async fn delete(State(state): State<AppState>, access: ManagedAgent) -> Result<StatusCode, ApiError> {
+    state.store.delete_agent(&access.agent.id, &access.actor).await.map_err(agent_missing)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+fn agent_missing(error: StoreError) -> ApiError {
+    match error {
+        StoreError::NotFound => ApiError::NotFound("the agent does not exist".to_owned()),
+        other => other.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::*;
+    use crate::admin::extract::{from_value, parse_json};
+
+    fn patch(json: &str) -> Result<AgentPatch, StatusCode> {
+        parse_json(json.as_bytes())
+            .and_then(|v| from_value::<PatchAgent>(v, ""))
+            .and_then(PatchAgent::into_patch)
+            .map_err(|e| e.status())
+    }
+
+    fn create(json: &str) -> Result<NewAgent, StatusCode> {
+        parse_json(json.as_bytes())
+            .and_then(|v| from_value::<CreateAgent>(v, ""))
+            .and_then(CreateAgent::into_new)
+            .map_err(|e| e.status())
+    }
+
+    #[test]
+    fn merge_patch() {
+        let cleared = patch(r#"{"description": null, "rateLimit": null}"#).expect("valid");
+        assert_eq!(cleared.description, Some(None));
+        assert_eq!(cleared.rate_limit, Some(None));
+        assert_eq!(cleared.name, None);
+        assert_eq!(cleared.cache_ttl_ms, None);
+        assert_eq!(patch(r#"{"name": null}"#).unwrap_err(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(patch(r#"{"id": "x"}"#).unwrap_err(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(patch(r#"{"cacheTtlMs": "x"}"#).unwrap_err(), StatusCode::BAD_REQUEST);
+        assert!(patch("{}").is_ok());
+    }
+
+    #[test]
+    fn create_checks_values() {
+        assert!(
+            create(r#"{"id": "research-bot", "name": "R", "rateLimit": {"requestsPerSecond": 5, "burst": 10}}"#)
+                .is_ok()
+        );
+        assert_eq!(create(r#"{"id": "admin", "name": "R"}"#).unwrap_err(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(create(r#"{"id": "Bad", "name": "R"}"#).unwrap_err(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(create(r#"{"id": "a", "name": ""}"#).unwrap_err(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(create(r#"{"name": "R"}"#).unwrap_err(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(create(r#"{"id": 5, "name": "R"}"#).unwrap_err(), StatusCode::BAD_REQUEST);
+        let zero = r#"{"id": "a", "name": "R", "rateLimit": {"requestsPerSecond": 0, "burst": 1}}"#;
+        assert_eq!(create(zero).unwrap_err(), StatusCode::UNPROCESSABLE_ENTITY);
+        let unknown = r#"{"id": "a", "name": "R", "rateLimit": {"rps": 1, "requestsPerSecond": 1, "burst": 1}}"#;
+        assert_eq!(create(unknown).unwrap_err(), StatusCode::UNPROCESSABLE_ENTITY);
+    }
+}

@@ -1,0 +1,63 @@
+//! `GET /audit`: the audit log, newest first, filtered and paginated (operator only).
+
+use axum::Json;
+use axum::extract::State;
+
+use super::access::OperatorAccess;
+use super::extract::QueryParams;
+use super::page::{Page, PageQuery};
+use crate::domain::AgentId;
+use crate::domain::model::{AuditFilter, AuditRecord};
+use crate::domain::time::Timestamp;
+use crate::error::{ApiError, Problem};
+use crate::registry::cursor::ListKind;
+use crate::state::AppState;
+
+/// The filters of `GET /audit`, parsed from the query string; an empty parameter (`?agent=&since=`) is absent.
+fn filter(params: &QueryParams) -> Result<AuditFilter, ApiError> {
+    let given = |name: &str| -> Result<Option<&str>, ApiError> { Ok(params.get(name)?.filter(|v| !v.is_empty())) };
+    let time = |name: &str| -> Result<Option<Timestamp>, ApiError> {
+        given(name)?
+            .map(|raw| {
+                Timestamp::parse_rfc3339(raw)
+                    .ok_or_else(|| ApiError::Unprocessable(format!("{name} {raw:?} is not an RFC 3339 time")))
+            })
+            .transpose()
+    };
+    Ok(AuditFilter {
+        agent: given("agent")?.map(AgentId::parse).transpose()?,
+        since: time("since")?,
+        until: time("until")?,
+        method: given("method")?.map(str::to_owned),
+    })
+}
+
+/// List audit records.
+#[utoipa::path(get, path = "/admin/v1/audit", tag = "audit",
+    security(("operator" = [])),
+    params(
+        ("agent" = Option<String>, Query, description = "Only this agent's records"),
+        ("since" = Option<String>, Query, description = "Records at or after this RFC 3339 time"),
+        ("until" = Option<String>, Query, description = "Records before this RFC 3339 time"),
+        ("method" = Option<String>, Query, description = "The MCP method, or the admin action (e.g. `resource.put`)"),
+        ("limit" = Option<u32>, Query, description = "Page size, 1 to 1000 (default 100)"),
+        ("cursor" = Option<String>, Query, description = "The `nextCursor` of the page before"),
+    ),
+    responses(
+        (status = 200, description = "Audit records, newest first", body = Page<AuditRecord>),
+        (status = 400, description = "Malformed query or cursor", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid filter value", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[tracing::instrument(name = "admin.list_audit", skip_all)]
+pub async fn list(
+    State(state): State<AppState>,
+    _access: OperatorAccess,
+    params: QueryParams,
+) -> Result<Json<Page<AuditRecord>>, ApiError> {
+    let filter = filter(&params)?;
+    let page = PageQuery::from_params(&params)?;
+    let scope = filter.agent.as_ref().map(AgentId::as_str).unwrap_or("");
+    let after = page.after(&state.cursors, ListKind::Audit, scope)?;
+    let rows = state.store.list_audit(&filter, after.as_deref(), page.fetch_limit()).await?;
+    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Audit, scope, |record| record.id.as_str())))
+}

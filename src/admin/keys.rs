@@ -1,0 +1,197 @@
+//! `/agents/{agent_id}/keys`: create, list and revoke an agent's API keys (operator only).
+//!
+//! The plain key exists only in the answer that creates it; the store keeps its digest.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+use super::access::ManagedAgent;
+use super::extract::{JsonBody, PathParams};
+use super::page::{Page, PageQuery};
+use crate::domain::model::{KeyRecord, NewKey};
+use crate::domain::time::Timestamp;
+use crate::domain::{ApiKey, Scope};
+use crate::error::{ApiError, Problem};
+use crate::registry::cursor::ListKind;
+use crate::state::AppState;
+use crate::store::StoreError;
+
+/// A new key. Scopes default to `["mcp"]`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateKey {
+    #[schema(example = "ci")]
+    pub name: Option<String>,
+    /// `mcp` (read over MCP) and/or `registry` (manage the agent's registry through this API).
+    pub scopes: Option<Vec<Scope>>,
+    /// RFC 3339, in the future.
+    #[schema(format = DateTime)]
+    pub expires_at: Option<String>,
+}
+
+/// The created key, with the plain `key`, shown this once.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CreatedKey {
+    pub id: String,
+    pub name: Option<String>,
+    /// The first 12 characters of the key.
+    pub prefix: String,
+    pub scopes: Vec<Scope>,
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: Timestamp,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub expires_at: Option<Timestamp>,
+    /// `bak_...`: store it now, it is never shown again.
+    pub key: String,
+}
+
+impl CreateKey {
+    /// The validated scopes (duplicates collapsed, order kept) and expiry.
+    fn check(&self, now: Timestamp) -> Result<(Vec<Scope>, Option<Timestamp>), ApiError> {
+        let scopes = match &self.scopes {
+            None => vec![Scope::Mcp],
+            Some(list) if list.is_empty() => {
+                return Err(ApiError::Unprocessable("scopes must name at least one of mcp, registry".to_owned()));
+            }
+            Some(list) => list.iter().fold(Vec::new(), |mut unique, scope| {
+                if !unique.contains(scope) {
+                    unique.push(*scope);
+                }
+                unique
+            }),
+        };
+        let expires_at = match &self.expires_at {
+            None => None,
+            Some(raw) => {
+                let at = Timestamp::parse_rfc3339(raw).ok_or_else(|| {
+                    ApiError::Unprocessable(format!("expiresAt {raw:?} is not an RFC 3339 date-time"))
+                })?;
+                if at <= now {
+                    return Err(ApiError::Unprocessable("expiresAt must be in the future".to_owned()));
+                }
+                Some(at)
+            }
+        };
+        Ok((scopes, expires_at))
+    }
+}
+
+/// Create a key for the agent.
+#[utoipa::path(post, path = "/admin/v1/agents/{agent_id}/keys", tag = "keys", request_body = CreateKey,
+    params(("agent_id" = String, Path)),
+    security(("operator" = [])),
+    responses((status = 201, description = "Created; `key` is shown only here", body = CreatedKey),
+               (status = 404, description = "No such agent", body = Problem, content_type = "application/problem+json"),
+               (status = 422, description = "Unknown scope, empty scopes, expiry in the past", body = Problem, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "admin.create_key", skip_all, fields(agent = %access.agent.id))]
+pub async fn create(
+    State(state): State<AppState>,
+    access: ManagedAgent,
+    JsonBody(body): JsonBody<CreateKey>,
+) -> Result<Response, ApiError> {
+    let (scopes, expires_at) = body.check(Timestamp::now())?;
+    let key = ApiKey::generate();
+    let new = NewKey {
+        id: uuid::Uuid::now_v7().to_string(),
+        agent_id: access.agent.id.clone(),
+        name: body.name,
+        prefix: key.display_prefix(),
+        digest: state.hasher.digest(key.expose()).to_hex(),
+        scopes,
+        expires_at,
+    };
+    let record = state.store.create_key(&new, &access.actor).await.map_err(|error| match error {
+        StoreError::NotFound => ApiError::NotFound("the agent does not exist".to_owned()),
+        other => other.into(),
+    })?;
+    tracing::info!(key_id = %record.id, "key created");
+    let created = CreatedKey {
+        id: record.id,
+        name: record.name,
+        prefix: record.prefix,
+        scopes: record.scopes,
+        created_at: record.created_at,
+        expires_at: record.expires_at,
+        key: key.expose().to_owned(),
+    };
+    // The answer holds the only copy of the key: no cache may keep it.
+    Ok((StatusCode::CREATED, [(axum::http::header::CACHE_CONTROL, "no-store")], Json(created)).into_response())
+}
+
+/// List the agent's keys (never the keys themselves), ordered by creation.
+#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/keys", tag = "keys",
+    params(("agent_id" = String, Path),
+           ("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
+           ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
+    security(("operator" = [])),
+    responses((status = 200, description = "A page of keys", body = Page<KeyRecord>),
+               (status = 404, description = "No such agent", body = Problem, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "admin.list_keys", skip_all, fields(agent = %access.agent.id))]
+pub async fn list(
+    State(state): State<AppState>,
+    access: ManagedAgent,
+    page: PageQuery,
+) -> Result<Json<Page<KeyRecord>>, ApiError> {
+    let agent = &access.agent.id;
+    let after = page.after(&state.cursors, ListKind::Keys, agent.as_str())?;
+    let rows = state.store.list_keys(agent, after.as_deref(), page.fetch_limit()).await?;
+    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Keys, agent.as_str(), |k| &k.id)))
+}
+
+/// Revoke a key: it is refused from the next request on, on every replica.
+#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}/keys/{key_id}", tag = "keys",
+    params(("agent_id" = String, Path), ("key_id" = String, Path)),
+    security(("operator" = [])),
+    responses((status = 204, description = "Revoked"),
+               (status = 404, description = "No such agent or key", body = Problem, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "admin.revoke_key", skip_all, fields(agent = %access.agent.id))]
+pub async fn revoke(
+    State(state): State<AppState>,
+    access: ManagedAgent,
+    path: PathParams,
+) -> Result<StatusCode, ApiError> {
+    let key_id = path.get("key_id")?;
+    state.store.revoke_key(&access.agent.id, key_id, &access.actor).await.map_err(|error| match error {
+        StoreError::NotFound => ApiError::NotFound(format!("key {key_id:?} does not exist")),
+        other => other.into(),
+    })?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::extract::{from_value, parse_json};
+
+    fn check(json: &str) -> Result<(Vec<Scope>, Option<Timestamp>), StatusCode> {
+        parse_json(json.as_bytes())
+            .and_then(|v| from_value::<CreateKey>(v, ""))
+            .and_then(|body| body.check(Timestamp::now()))
+            .map_err(|e| e.status())
+    }
+
+    #[test]
+    fn scopes() {
+        assert_eq!(check("{}").map(|(s, _)| s), Ok(vec![Scope::Mcp]));
+        assert_eq!(
+            check(r#"{"scopes": ["registry", "mcp", "registry"]}"#).map(|(s, _)| s),
+            Ok(vec![Scope::Registry, Scope::Mcp])
+        );
+        assert_eq!(check(r#"{"scopes": []}"#), Err(StatusCode::UNPROCESSABLE_ENTITY));
+        assert_eq!(check(r#"{"scopes": ["admin"]}"#), Err(StatusCode::UNPROCESSABLE_ENTITY));
+        assert_eq!(check(r#"{"scopes": "mcp"}"#), Err(StatusCode::BAD_REQUEST));
+        assert_eq!(check(r#"{"key": "bak_x"}"#), Err(StatusCode::UNPROCESSABLE_ENTITY));
+    }
+
+    #[test]
+    fn expiry() {
+        assert!(check(r#"{"expiresAt": "2999-01-01T00:00:00Z"}"#).is_ok_and(|(_, at)| at.is_some()));
+        assert_eq!(check(r#"{"expiresAt": "2000-01-01T00:00:00Z"}"#), Err(StatusCode::UNPROCESSABLE_ENTITY));
+        assert_eq!(check(r#"{"expiresAt": "tomorrow"}"#), Err(StatusCode::UNPROCESSABLE_ENTITY));
+        assert_eq!(check(r#"{"expiresAt": null}"#).map(|(_, at)| at), Ok(None));
+    }
+}

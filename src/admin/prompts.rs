@@ -1,0 +1,172 @@
+//! `/agents/{agent_id}/prompts`: upsert, list, read and delete an agent's prompts.
+//!
+//! Message texts (and the `uri`/`text` of `resource` and `resource_link` blocks) are MiniJinja
+//! templates; a prompt whose templates do not compile is refused with 422.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::access::RegistryAccess;
+use super::extract::{JsonBody, PathParams};
+use super::page::{Page, PageQuery};
+use super::resources::{agent_gone, upsert_status};
+use crate::domain::PromptName;
+use crate::domain::model::{NewPrompt, Prompt, PromptArgument, PromptMessage};
+use crate::domain::prompt;
+use crate::error::{ApiError, Problem};
+use crate::registry::cursor::ListKind;
+use crate::state::AppState;
+use crate::store::StoreError;
+
+/// A prompt to create or replace; the name is in the path.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PromptBody {
+    pub title: Option<String>,
+    pub description: Option<String>,
+    #[serde(default)]
+    pub arguments: Vec<PromptArgument>,
+    pub messages: Vec<PromptMessage>,
+}
+
+impl PromptBody {
+    fn into_new(self, name: PromptName) -> Result<NewPrompt, ApiError> {
+        prompt::validate(&self.arguments, &self.messages).map_err(ApiError::Unprocessable)?;
+        Ok(NewPrompt {
+            name,
+            title: self.title,
+            description: self.description,
+            arguments: self.arguments,
+            messages: self.messages,
+        })
+    }
+}
+
+/// The prompt named by the path; a name that cannot exist is a 404 on reads and deletes.
+fn path_name(path: &PathParams) -> Result<PromptName, ApiError> {
+    let raw = path.get("name")?;
+    PromptName::parse(raw).map_err(|_| ApiError::NotFound(format!("prompt {raw:?} does not exist")))
+}
+
+fn prompt_missing(name: &PromptName) -> impl FnOnce(StoreError) -> ApiError + '_ {
+    move |error| match error {
+        StoreError::NotFound => ApiError::NotFound(format!("prompt {:?} does not exist", name.as_str())),
+        other => other.into(),
+    }
+}
+
+/// Create or replace a prompt.
+#[utoipa::path(put, path = "/admin/v1/agents/{agent_id}/prompts/{name}", tag = "prompts", request_body = PromptBody,
+    params(("agent_id" = String, Path), ("name" = String, Path, description = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")),
+    security(("operator" = []), ("agentKey" = [])),
+    responses((status = 201, description = "Created", body = Prompt),
+               (status = 200, description = "Replaced", body = Prompt),
+               (status = 422, description = "Invalid name, arguments or messages, or a template that does not compile", body = Problem, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "admin.put_prompt", skip_all, fields(agent = %access.agent))]
+pub async fn put(
+    State(state): State<AppState>,
+    access: RegistryAccess,
+    path: PathParams,
+    JsonBody(body): JsonBody<PromptBody>,
+) -> Result<Response, ApiError> {
+    let name = PromptName::parse(path.get("name")?)?;
+    let new = body.into_new(name)?;
+    let upserted = state.store.put_prompt(&access.agent, &new, &access.actor).await.map_err(agent_gone)?;
+    let status = upsert_status(upserted.created);
+    if upserted.created {
+        let location = format!("/admin/v1/agents/{}/prompts/{}", access.agent, upserted.item.name);
+        return Ok((status, [(header::LOCATION, location)], Json(upserted.item)).into_response());
+    }
+    Ok((status, Json(upserted.item)).into_response())
+}
+
+/// List prompts, ordered by name.
+#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/prompts", tag = "prompts",
+    params(("agent_id" = String, Path),
+           ("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
+           ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
+    security(("operator" = []), ("agentKey" = [])),
+    responses((status = 200, description = "A page of prompts", body = Page<Prompt>)))]
+#[tracing::instrument(name = "admin.list_prompts", skip_all, fields(agent = %access.agent))]
+pub async fn list(
+    State(state): State<AppState>,
+    access: RegistryAccess,
+    page: PageQuery,
+) -> Result<Json<Page<Prompt>>, ApiError> {
+    let agent = access.agent.as_str();
+    let after = page.after(&state.cursors, ListKind::Prompts, agent)?;
+    let rows = state.store.list_prompts(&access.agent, after.as_deref(), page.fetch_limit()).await?;
+    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Prompts, agent, |p| p.name.as_str())))
+}
+
+/// Read a prompt.
+#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/prompts/{name}", tag = "prompts",
+    params(("agent_id" = String, Path), ("name" = String, Path)),
+    security(("operator" = []), ("agentKey" = [])),
+    responses((status = 200, description = "The prompt", body = Prompt),
+               (status = 404, description = "No such prompt", body = Problem, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "admin.get_prompt", skip_all, fields(agent = %access.agent))]
+pub async fn get(
+    State(state): State<AppState>,
+    access: RegistryAccess,
+    path: PathParams,
+) -> Result<Json<Prompt>, ApiError> {
+    let name = path_name(&path)?;
+    let prompt = state.store.get_prompt(&access.agent, &name).await?;
+    prompt.map(Json).ok_or_else(|| prompt_missing(&name)(StoreError::NotFound))
+}
+
+/// Delete a prompt.
+#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}/prompts/{name}", tag = "prompts",
+    params(("agent_id" = String, Path), ("name" = String, Path)),
+    security(("operator" = []), ("agentKey" = [])),
+    responses((status = 204, description = "Deleted"),
+               (status = 404, description = "No such prompt", body = Problem, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "admin.delete_prompt", skip_all, fields(agent = %access.agent))]
+pub async fn delete(
+    State(state): State<AppState>,
+    access: RegistryAccess,
+    path: PathParams,
+) -> Result<StatusCode, ApiError> {
+    let name = path_name(&path)?;
+    state.store.delete_prompt(&access.agent, &name, &access.actor).await.map_err(prompt_missing(&name))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::extract::{from_value, parse_json};
+
+    fn check(json: &str) -> Result<NewPrompt, StatusCode> {
+        let name = PromptName::parse("p").expect("valid name");
+        parse_json(json.as_bytes())
+            .and_then(|v| from_value::<PromptBody>(v, ""))
+            .and_then(|body| body.into_new(name))
+            .map_err(|e| e.status())
+    }
+
+    #[test]
+    fn prompts() {
+        let research = r#"{"arguments": [{"name": "topic", "required": true}, {"name": "depth"}],
+            "messages": [{"role": "user", "content": {"type": "text",
+            "text": "Research {{ topic }}.{% if depth == 'deep' %} More.{% endif %}"}}]}"#;
+        assert!(check(research).is_ok());
+        let unprocessable = Err(StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(check(r#"{"messages": []}"#).map(drop), unprocessable);
+        assert_eq!(check(r#"{}"#).map(drop), unprocessable);
+        let system = r#"{"messages": [{"role": "system", "content": {"type": "text", "text": "x"}}]}"#;
+        assert_eq!(check(system).map(drop), unprocessable);
+        let broken = r#"{"messages": [{"role": "user", "content": {"type": "text", "text": "{% for %}"}}]}"#;
+        assert_eq!(check(broken).map(drop), unprocessable);
+        let twice = r#"{"arguments": [{"name": "a"}, {"name": "a"}],
+            "messages": [{"role": "user", "content": {"type": "text", "text": "x"}}]}"#;
+        assert_eq!(check(twice).map(drop), unprocessable);
+        let unknown = r#"{"name": "p", "messages": [{"role": "user", "content": {"type": "text", "text": "x"}}]}"#;
+        assert_eq!(check(unknown).map(drop), unprocessable);
+        assert_eq!(check(r#"{"messages": "hi"}"#).map(drop), Err(StatusCode::BAD_REQUEST));
+    }
+}

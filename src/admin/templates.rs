@@ -1,0 +1,159 @@
+//! `/agents/{agent_id}/resource-templates`: upsert, list and delete an agent's resource templates.
+//!
+//! `uriTemplate` may be any RFC 6570 template. A template with a `text` is matched against URIs on
+//! `resources/read`, so it must stay within levels 1–3 without explode or prefix modifiers, and its
+//! `text` must compile as a MiniJinja template.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::access::RegistryAccess;
+use super::extract::{JsonBody, QueryParams};
+use super::page::{Page, PageQuery};
+use super::resources::{agent_gone, check_mime_type, upsert_status};
+use crate::domain::UriTemplate;
+use crate::domain::content::validate_annotations;
+use crate::domain::model::{NewResourceTemplate, ResourceTemplate};
+use crate::domain::render;
+use crate::error::{ApiError, Problem};
+use crate::registry::cursor::ListKind;
+use crate::state::AppState;
+use crate::store::StoreError;
+
+/// A resource template to create or replace, keyed by `uriTemplate`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TemplateBody {
+    /// RFC 6570.
+    #[schema(example = "test://template/{id}/data")]
+    pub uri_template: String,
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub mime_type: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub annotations: Option<Value>,
+    /// A MiniJinja template rendered with the URI's variables when a matching URI is read.
+    pub text: Option<String>,
+}
+
+impl TemplateBody {
+    fn into_new(self) -> Result<NewResourceTemplate, ApiError> {
+        let template = UriTemplate::parse(&self.uri_template)?;
+        if self.name.trim().is_empty() {
+            return Err(ApiError::Unprocessable("name must not be empty".to_owned()));
+        }
+        if let Some(mime_type) = &self.mime_type {
+            check_mime_type(mime_type)?;
+        }
+        self.annotations.as_ref().map(validate_annotations).transpose().map_err(ApiError::Unprocessable)?;
+        if let Some(text) = &self.text {
+            if !template.is_matchable() {
+                return Err(ApiError::Unprocessable(
+                    "a template with text may only use RFC 6570 levels 1-3, without explode (*) or prefix (:N) \
+                     modifiers"
+                        .to_owned(),
+                ));
+            }
+            render::compile_check(text)
+                .map_err(|error| ApiError::Unprocessable(format!("text does not compile: {error}")))?;
+        }
+        Ok(NewResourceTemplate {
+            uri_template: self.uri_template,
+            name: self.name,
+            title: self.title,
+            description: self.description,
+            mime_type: self.mime_type,
+            annotations: self.annotations,
+            text: self.text,
+        })
+    }
+}
+
+/// Create or replace a resource template.
+#[utoipa::path(put, path = "/admin/v1/agents/{agent_id}/resource-templates", tag = "resource templates",
+    request_body = TemplateBody,
+    params(("agent_id" = String, Path)),
+    security(("operator" = []), ("agentKey" = [])),
+    responses((status = 201, description = "Created", body = ResourceTemplate),
+               (status = 200, description = "Replaced", body = ResourceTemplate),
+               (status = 422, description = "Invalid template or text that does not compile", body = Problem, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "admin.put_template", skip_all, fields(agent = %access.agent))]
+pub async fn put(
+    State(state): State<AppState>,
+    access: RegistryAccess,
+    JsonBody(body): JsonBody<TemplateBody>,
+) -> Result<(StatusCode, Json<ResourceTemplate>), ApiError> {
+    let template = body.into_new()?;
+    let upserted = state.store.put_template(&access.agent, &template, &access.actor).await.map_err(agent_gone)?;
+    Ok((upsert_status(upserted.created), Json(upserted.item)))
+}
+
+/// List resource templates, ordered by `uriTemplate`.
+#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/resource-templates", tag = "resource templates",
+    params(("agent_id" = String, Path),
+           ("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
+           ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
+    security(("operator" = []), ("agentKey" = [])),
+    responses((status = 200, description = "A page of resource templates", body = Page<ResourceTemplate>)))]
+#[tracing::instrument(name = "admin.list_templates", skip_all, fields(agent = %access.agent))]
+pub async fn list(
+    State(state): State<AppState>,
+    access: RegistryAccess,
+    page: PageQuery,
+) -> Result<Json<Page<ResourceTemplate>>, ApiError> {
+    let agent = access.agent.as_str();
+    let after = page.after(&state.cursors, ListKind::Templates, agent)?;
+    let rows = state.store.list_templates(&access.agent, after.as_deref(), page.fetch_limit()).await?;
+    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Templates, agent, |t| &t.uri_template)))
+}
+
+/// Delete a resource template.
+#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}/resource-templates", tag = "resource templates",
+    params(("agent_id" = String, Path), ("uriTemplate" = String, Query)),
+    security(("operator" = []), ("agentKey" = [])),
+    responses((status = 204, description = "Deleted"),
+               (status = 404, description = "No such template", body = Problem, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "admin.delete_template", skip_all, fields(agent = %access.agent))]
+pub async fn delete(
+    State(state): State<AppState>,
+    access: RegistryAccess,
+    query: QueryParams,
+) -> Result<StatusCode, ApiError> {
+    let uri_template = query.require("uriTemplate")?;
+    state.store.delete_template(&access.agent, uri_template, &access.actor).await.map_err(|error| match error {
+        StoreError::NotFound => ApiError::NotFound(format!("resource template {uri_template:?} does not exist")),
+        other => other.into(),
+    })?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::extract::{from_value, parse_json};
+
+    fn check(json: &str) -> Result<NewResourceTemplate, StatusCode> {
+        parse_json(json.as_bytes())
+            .and_then(|v| from_value::<TemplateBody>(v, ""))
+            .and_then(TemplateBody::into_new)
+            .map_err(|e| e.status())
+    }
+
+    #[test]
+    fn templates() {
+        assert!(check(r#"{"uriTemplate": "test://template/{id}/data", "name": "t", "text": "id={{ id }}"}"#).is_ok());
+        assert!(check(r#"{"uriTemplate": "test://items/{name}", "name": "item"}"#).is_ok());
+        assert!(check(r#"{"uriTemplate": "x://{/path*}", "name": "level 4 without text"}"#).is_ok());
+        let unprocessable = Err(StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(check(r#"{"uriTemplate": "x://{/path*}", "name": "t", "text": "x"}"#).map(drop), unprocessable);
+        assert_eq!(check(r#"{"uriTemplate": "x://{id:3}", "name": "t", "text": "x"}"#).map(drop), unprocessable);
+        assert_eq!(check(r#"{"uriTemplate": "x://{id", "name": "t"}"#).map(drop), unprocessable);
+        assert_eq!(check(r#"{"uriTemplate": "x://{id}", "name": "t", "text": "{{ id"}"#).map(drop), unprocessable);
+        assert_eq!(check(r#"{"uriTemplate": "x://{id}", "name": ""}"#).map(drop), unprocessable);
+        assert_eq!(check(r#"{"uriTemplate": "x://{id}", "name": "t", "blob": "AA=="}"#).map(drop), unprocessable);
+    }
+}

@@ -1,0 +1,236 @@
+//! The composition root: [`Application::build`] wires store, bus, caches and the HTTP server;
+//! [`Application::run_until_stopped`] serves until SIGTERM/SIGINT and then drains.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::domain::key::random_token;
+use crate::domain::{KeyDigest, KeyHasher};
+use crate::events::LocalBus;
+use crate::events::postgres::PgBus;
+use crate::events::retention::{Pruner, Retention};
+use crate::http::auth::{KeyCache, OperatorToken};
+use crate::mcp::hub::Hub;
+use crate::mcp::session::Sessions;
+use crate::registry::cache::RegistryCache;
+use crate::registry::cursor::CursorCodec;
+use crate::state::AppState;
+use crate::store::postgres::PgStore;
+use crate::store::sqlite::SqliteStore;
+use crate::store::{Store, StoreError, setting};
+
+/// The generated operator token's prefix, so it is never mistaken for an agent key.
+const OPERATOR_TOKEN_PREFIX: &str = "hgo_";
+
+pub struct Application {
+    listener: TcpListener,
+    address: SocketAddr,
+    state: AppState,
+    /// Keeps the PostgreSQL listener running for as long as the application lives.
+    _pg_bus: Option<PgBus>,
+    /// Prunes old events and expired sessions for as long as the application lives.
+    _pruner: Pruner,
+}
+
+impl Application {
+    /// Connects to the database (retrying while it is unreachable), applies migrations, loads the
+    /// shared secrets, starts the bus and binds the listen address.
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        let bus = LocalBus::new();
+        let store = connect_with_retry(&config, bus.clone()).await?;
+        store.migrate().await.context("applying database migrations")?;
+        let pg_bus = if config.database_url.is_postgres() {
+            Some(PgBus::start(config.database_url.expose(), bus.clone()).await.context("starting the event listener")?)
+        } else {
+            None
+        };
+
+        let cursor_key = store.init_setting(setting::CURSOR_KEY, &hex::encode(rand::random::<[u8; 32]>())).await?;
+        let cursors = CursorCodec::from_hex(&cursor_key).context("the stored cursor key is corrupt")?;
+        let hasher = KeyHasher::new(config.keys.pepper.clone());
+        let operator = operator_token(&config, store.as_ref(), &hasher).await?;
+
+        let keys = Arc::new(KeyCache::new(store.clone(), hasher.clone()));
+        bus.add_hook(keys.clone());
+        let registry = Arc::new(RegistryCache::new(store.clone()));
+        bus.add_hook(registry.clone());
+        let sessions = Arc::new(Sessions::new(store.clone(), Duration::from_secs(config.sessions.idle_timeout_secs)));
+        bus.add_hook(sessions.clone());
+        // Last: the hub wakes streams, which then read caches the hooks before it have already updated.
+        let hub = Arc::new(Hub::new(store.clone(), &config.streams));
+        bus.add_hook(hub.clone());
+        let pruner = Pruner::start(store.clone(), Retention::from_config(&config.events, &config.sessions));
+
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("binding the listen address {}", config.listen))?;
+        let address = listener.local_addr()?;
+        let state = AppState {
+            config: Arc::new(config),
+            store,
+            bus,
+            keys,
+            operator: Arc::new(operator),
+            cursors: Arc::new(cursors),
+            hasher,
+            registry,
+            sessions,
+            hub,
+        };
+        Ok(Self { listener, address, state, _pg_bus: pg_bus, _pruner: pruner })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.address.port()
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Serves until SIGTERM or SIGINT, then drains.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        self.run_with_shutdown(shutdown_signal()).await
+    }
+
+    /// Serves until `shutdown` completes; then stops accepting, closes every SSE stream (so that clients
+    /// reconnect to another replica), gives in-flight requests the configured grace period and returns.
+    pub async fn run_with_shutdown(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let grace = Duration::from_millis(self.state.config.http.shutdown_grace_ms);
+        let router = crate::http::router(self.state.clone());
+        tracing::info!(address = %self.address, backend = self.state.store.backend(), "listening");
+
+        let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+        let hub = self.state.hub.clone();
+        let graceful = async move {
+            shutdown.await;
+            tracing::info!(
+                streams = hub.open_streams(),
+                "shutting down: no new connections, closing streams, draining in-flight requests"
+            );
+            hub.close();
+            let _ = stopping_tx.send(());
+        };
+        let server = axum::serve(self.listener, router.into_make_service_with_connect_info::<SocketAddr>())
+            .with_graceful_shutdown(graceful);
+        let deadline = async move {
+            if stopping_rx.await.is_ok() {
+                tokio::time::sleep(grace).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            outcome = server => outcome.context("serving HTTP")?,
+            () = deadline => tracing::warn!(grace_ms = grace.as_millis() as u64, "shutdown grace period over; closing remaining connections"),
+        }
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// `hivegate migrate`: connect, apply migrations, exit.
+pub async fn migrate_only(config: &Config) -> anyhow::Result<()> {
+    let store = connect_with_retry(config, LocalBus::new()).await?;
+    store.migrate().await.context("applying database migrations")?;
+    tracing::info!(backend = store.backend(), "migrations applied");
+    Ok(())
+}
+
+/// `hivegate healthcheck`: `GET /readyz` on the configured listen address (an unspecified address such as
+/// `0.0.0.0` is probed on loopback); succeeds on HTTP 200.
+pub async fn healthcheck(listen: SocketAddr) -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let mut target = listen;
+    if target.ip().is_unspecified() {
+        target.set_ip(if target.is_ipv4() { [127, 0, 0, 1].into() } else { std::net::Ipv6Addr::LOCALHOST.into() });
+    }
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect(target).await?;
+        let request = format!("GET /readyz HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).await?;
+        Ok::<_, std::io::Error>(head)
+    };
+    let head = tokio::time::timeout(Duration::from_secs(3), probe)
+        .await
+        .context("no answer within 3 s")?
+        .with_context(|| format!("probing http://{target}/readyz"))?;
+    match &head[9..12] {
+        b"200" => Ok(()),
+        status => anyhow::bail!("/readyz answered {}", String::from_utf8_lossy(status)),
+    }
+}
+
+/// Connects to the configured database, retrying with backoff while it is unreachable, for at most
+/// `database.startup_timeout_secs`; each failed attempt is logged so operators see why start-up waits.
+async fn connect_with_retry(config: &Config, bus: LocalBus) -> anyhow::Result<Arc<dyn Store>> {
+    let url = &config.database_url;
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(config.database.startup_timeout_secs);
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let attempt: Result<Arc<dyn Store>, StoreError> = if url.is_postgres() {
+            PgStore::connect(url.expose(), &config.database).await.map(|s| Arc::new(s) as Arc<dyn Store>)
+        } else {
+            SqliteStore::connect(url.expose(), &config.database, bus.clone())
+                .await
+                .map(|s| Arc::new(s) as Arc<dyn Store>)
+        };
+        match attempt {
+            Ok(store) => return Ok(store),
+            Err(StoreError::Unavailable(error)) if tokio::time::Instant::now() + backoff < give_up => {
+                tracing::warn!(database = %url, %error, retry_in_ms = backoff.as_millis() as u64, "database unreachable; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            Err(error) => return Err(anyhow::Error::new(error).context(format!("connecting to the database {url}"))),
+        }
+    }
+}
+
+/// The configured operator token, or the stored one; on the very first start of a database without a
+/// configured token, generates one, stores its digest and prints it once on stderr.
+async fn operator_token(config: &Config, store: &dyn Store, hasher: &KeyHasher) -> anyhow::Result<OperatorToken> {
+    if let Some(token) = &config.admin_token {
+        return Ok(OperatorToken::Configured(token.clone()));
+    }
+    let token = random_token(OPERATOR_TOKEN_PREFIX);
+    let digest = hasher.digest(&token).to_hex();
+    // Several replicas may start at once: the first insert wins, and only its process prints.
+    let stored = store.init_setting(setting::OPERATOR_TOKEN_DIGEST, &digest).await?;
+    if stored == digest {
+        eprintln!("hivegate: generated operator token (shown once; keep it, or set HIVEGATE_ADMIN_TOKEN): {token}");
+    }
+    let digest = KeyDigest::from_hex(&stored).context("the stored operator token digest is corrupt")?;
+    Ok(OperatorToken::Stored { hasher: hasher.clone(), digest })
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {},
+        () = terminate => {},
+    }
+}

@@ -1,0 +1,392 @@
+//! Configuration: defaults, then the TOML file, then `HIVEGATE_*` environment variables.
+//!
+//! Every key of `config/hivegate.toml` can be set as `HIVEGATE_<SECTION>__<KEY>`; the top-level keys as
+//! `HIVEGATE_LISTEN`, `HIVEGATE_DATABASE_URL` and `HIVEGATE_ADMIN_TOKEN`. Unknown keys are errors, so a
+//! typo is reported at start-up with the key's name instead of being silently ignored.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+
+/// The file read when `--config` is not given and the file exists.
+pub const DEFAULT_CONFIG_PATH: &str = "config/hivegate.toml";
+/// The database used when none is configured: an embedded SQLite file in the working directory.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://hivegate.db?mode=rwc";
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address the HTTP server binds.
+    pub listen: SocketAddr,
+    /// `sqlite://...` or `postgres://...`.
+    pub database_url: DatabaseUrl,
+    /// The operator token; when set it is the only one, and none is generated or stored.
+    pub admin_token: Option<SecretString>,
+    pub database: DatabaseConfig,
+    pub keys: KeysConfig,
+    pub http: HttpConfig,
+    pub limits: LimitsConfig,
+    pub mcp: McpConfig,
+    pub events: EventsConfig,
+    pub sessions: SessionsConfig,
+    pub streams: StreamsConfig,
+    pub log: LogConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            database_url: DatabaseUrl(DEFAULT_DATABASE_URL.to_owned()),
+            admin_token: None,
+            database: DatabaseConfig::default(),
+            keys: KeysConfig::default(),
+            http: HttpConfig::default(),
+            limits: LimitsConfig::default(),
+            mcp: McpConfig::default(),
+            events: EventsConfig::default(),
+            sessions: SessionsConfig::default(),
+            streams: StreamsConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// Connections in the pool (PostgreSQL; SQLite uses one writer plus this many readers).
+    pub max_connections: u32,
+    /// How long a request waits for a pooled connection before it is answered 503.
+    pub acquire_timeout_ms: u64,
+    /// How long start-up keeps retrying an unreachable database before it gives up with an error.
+    pub startup_timeout_secs: u64,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self { max_connections: 16, acquire_timeout_ms: 3000, startup_timeout_secs: 60 }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KeysConfig {
+    /// Optional secret mixed into key digests (HMAC-SHA-256). Changing it invalidates every key.
+    pub pepper: Option<SecretString>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Longest time one non-streaming request may take before it is answered 408.
+    pub request_timeout_ms: u64,
+    /// On SIGTERM/SIGINT, how long in-flight requests get to finish.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self { request_timeout_ms: 30_000, shutdown_grace_ms: 10_000 }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Largest request body accepted on any endpoint (413 beyond).
+    pub max_body_bytes: usize,
+    /// Largest content of one resource (text bytes or decoded blob bytes).
+    pub max_resource_bytes: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self { max_body_bytes: 8 * 1024 * 1024, max_resource_bytes: 4 * 1024 * 1024 }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    /// `ttlMs` given to modern clients for agents that set no `cacheTtlMs`.
+    pub default_cache_ttl_ms: u64,
+    /// Extra `Host` names accepted besides the loopback names (DNS-rebinding protection).
+    pub allowed_hosts: Vec<String>,
+    /// Extra `Origin`s accepted besides loopback origins; a request with another `Origin` gets 403.
+    pub allowed_origins: Vec<String>,
+}
+
+/// Event retention: how far back `Last-Event-ID` can resume (an older one gets a resync instead).
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EventsConfig {
+    /// Events older than this are pruned.
+    pub retention_secs: u64,
+    /// At most this many of each agent's latest events are kept.
+    pub retention_count: u64,
+    /// How often each replica runs the pruning of old events and expired sessions.
+    pub prune_interval_ms: u64,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        Self { retention_secs: 24 * 60 * 60, retention_count: 10_000, prune_interval_ms: 60_000 }
+    }
+}
+
+/// Legacy Streamable HTTP sessions (protocol versions 2024-11-05 … 2025-11-25).
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionsConfig {
+    /// A session without requests or an open stream for this long expires (404 afterwards).
+    pub idle_timeout_secs: u64,
+    /// URIs one session may subscribe to, and one `subscriptions/listen` may name.
+    pub max_subscriptions: u32,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        Self { idle_timeout_secs: 30 * 60, max_subscriptions: 1000 }
+    }
+}
+
+/// Server-sent event streams: legacy `GET` streams and modern `subscriptions/listen` streams.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamsConfig {
+    /// How often an idle stream sends an SSE comment, so proxies and clients do not time it out.
+    pub keep_alive_ms: u64,
+    /// Open streams one key may hold on one replica (429 beyond).
+    pub max_per_key: u32,
+    /// Open streams one agent's keys may hold together on one replica (429 beyond).
+    pub max_per_agent: u32,
+    /// Changes queued for one stream whose client reads slowly; beyond it a legacy stream is closed (the
+    /// client resumes with `Last-Event-ID`) and a modern one catches up from the event table.
+    pub queue_capacity: u32,
+}
+
+impl Default for StreamsConfig {
+    fn default() -> Self {
+        Self { keep_alive_ms: 15_000, max_per_key: 100, max_per_agent: 10_000, queue_capacity: 256 }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `pretty` for people, `json` for log pipelines.
+    pub format: LogFormat,
+    /// A tracing filter, e.g. `info` or `hivegate=debug,sqlx=warn`; `RUST_LOG` wins when set.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { format: LogFormat::Pretty, level: "info".to_owned() }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+/// A database URL whose `Debug` and `Display` hide the password.
+#[derive(Clone, Deserialize)]
+#[serde(transparent)]
+pub struct DatabaseUrl(String);
+
+impl DatabaseUrl {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self(url.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        self.0.starts_with("postgres://") || self.0.starts_with("postgresql://")
+    }
+
+    pub fn is_sqlite(&self) -> bool {
+        self.0.starts_with("sqlite:")
+    }
+
+    /// The URL with any password replaced by `***`.
+    pub fn redacted(&self) -> String {
+        match (self.0.find("://"), self.0.rfind('@')) {
+            (Some(scheme_end), Some(at)) if at > scheme_end => {
+                let userinfo = &self.0[scheme_end + 3..at];
+                match userinfo.find(':') {
+                    Some(colon) => format!("{}{}:***{}", &self.0[..scheme_end + 3], &userinfo[..colon], &self.0[at..]),
+                    None => self.0.clone(),
+                }
+            }
+            _ => self.0.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.redacted())
+    }
+}
+
+impl fmt::Display for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+/// A configuration problem, naming the offending key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read configuration: {0}")]
+    Load(String),
+    #[error("invalid configuration value for `{key}`: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+/// The top-level keys an environment variable can set; section keys (`HIVEGATE_<SECTION>__<KEY>`) are
+/// checked against the sections. Other `HIVEGATE_*` variables (`HIVEGATE_CONFIG`, tooling's own) are not
+/// configuration and are left alone.
+const TOP_LEVEL_KEYS: [&str; 3] = ["listen", "database_url", "admin_token"];
+
+impl Config {
+    /// Load from `path` (or the default file when present), then the environment; then validate.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut figment = Figment::new();
+        match path {
+            Some(path) => {
+                if !path.exists() {
+                    return Err(ConfigError::Load(format!("config file {} does not exist", path.display())));
+                }
+                figment = figment.merge(Toml::file_exact(path));
+            }
+            None if Path::new(DEFAULT_CONFIG_PATH).exists() => {
+                figment = figment.merge(Toml::file_exact(DEFAULT_CONFIG_PATH));
+            }
+            None => {}
+        }
+        let env = Env::prefixed("HIVEGATE_")
+            .split("__")
+            .filter(|key| key.as_str().contains('.') || TOP_LEVEL_KEYS.iter().any(|name| key == *name));
+        let config: Config = figment.merge(env).extract().map_err(|e| ConfigError::Load(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks that no value is out of range; each error names its key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !self.database_url.is_postgres() && !self.database_url.is_sqlite() {
+            return Err(ConfigError::Invalid {
+                key: "database_url",
+                message: format!("{} is neither sqlite://... nor postgres://...", self.database_url),
+            });
+        }
+        if let Some(token) = &self.admin_token
+            && token.expose_secret().len() < 16
+        {
+            return Err(ConfigError::Invalid {
+                key: "admin_token",
+                message: "the operator token must be at least 16 characters".to_owned(),
+            });
+        }
+        let positive: [(&'static str, u64); 15] = [
+            ("database.max_connections", u64::from(self.database.max_connections)),
+            ("database.acquire_timeout_ms", self.database.acquire_timeout_ms),
+            ("http.request_timeout_ms", self.http.request_timeout_ms),
+            ("http.shutdown_grace_ms", self.http.shutdown_grace_ms),
+            ("limits.max_body_bytes", self.limits.max_body_bytes as u64),
+            ("limits.max_resource_bytes", self.limits.max_resource_bytes as u64),
+            ("events.retention_secs", self.events.retention_secs),
+            ("events.retention_count", self.events.retention_count),
+            ("events.prune_interval_ms", self.events.prune_interval_ms),
+            ("sessions.idle_timeout_secs", self.sessions.idle_timeout_secs),
+            ("sessions.max_subscriptions", u64::from(self.sessions.max_subscriptions)),
+            ("streams.keep_alive_ms", self.streams.keep_alive_ms),
+            ("streams.max_per_key", u64::from(self.streams.max_per_key)),
+            ("streams.max_per_agent", u64::from(self.streams.max_per_agent)),
+            ("streams.queue_capacity", u64::from(self.streams.queue_capacity)),
+        ];
+        for (key, value) in positive {
+            if value == 0 {
+                return Err(ConfigError::Invalid { key, message: "must be greater than 0".to_owned() });
+            }
+        }
+        // Times become `Duration`s and microsecond offsets: keep them far from overflowing.
+        let bounded: [(&'static str, u64, u64); 4] = [
+            ("events.retention_secs", self.events.retention_secs, 10 * 365 * 24 * 60 * 60),
+            ("sessions.idle_timeout_secs", self.sessions.idle_timeout_secs, 365 * 24 * 60 * 60),
+            ("streams.keep_alive_ms", self.streams.keep_alive_ms, 60 * 60 * 1000),
+            ("streams.queue_capacity", u64::from(self.streams.queue_capacity), 1 << 20),
+        ];
+        for (key, value, max) in bounded {
+            if value > max {
+                return Err(ConfigError::Invalid { key, message: format!("must be at most {max}") });
+            }
+        }
+        if self.log.level.trim().is_empty() {
+            return Err(ConfigError::Invalid { key: "log.level", message: "must not be empty".to_owned() });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_url_password_is_redacted() {
+        let url = DatabaseUrl::new("postgres://user:secret@db:5432/hivegate");
+        assert_eq!(url.redacted(), "postgres://user:***@db:5432/hivegate");
+        assert!(!format!("{url:?}").contains("secret"));
+        assert_eq!(DatabaseUrl::new("sqlite://x.db").redacted(), "sqlite://x.db");
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate().expect("defaults validate");
+    }
+
+    #[test]
+    fn live_update_settings_are_checked() {
+        let mut config = Config::default();
+        config.streams.queue_capacity = 0;
+        let error = config.validate().expect_err("an empty queue is refused");
+        assert!(error.to_string().contains("streams.queue_capacity"), "{error}");
+        let mut config = Config::default();
+        config.sessions.idle_timeout_secs = u64::MAX;
+        let error = config.validate().expect_err("an absurd timeout is refused");
+        assert!(error.to_string().contains("sessions.idle_timeout_secs"), "{error}");
+    }
+
+    #[test]
+    // `figment::Jail` fixes the closure's error type (figment's own, which is large).
+    #[allow(clippy::result_large_err)]
+    fn environment_overrides_known_keys_and_ignores_other_variables() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("HIVEGATE_LISTEN", "127.0.0.1:9999");
+            jail.set_env("HIVEGATE_LIMITS__MAX_BODY_BYTES", "1234");
+            jail.set_env("HIVEGATE_BIN", "target/debug/hivegate");
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(config.listen.port(), 9999);
+            assert_eq!(config.limits.max_body_bytes, 1234);
+            jail.set_env("HIVEGATE_LIMITS__MAX_BODY", "1");
+            let error = Config::load(None).expect_err("a misspelt key in a known section is refused");
+            assert!(error.to_string().contains("max_body"), "{error}");
+            Ok(())
+        });
+    }
+}

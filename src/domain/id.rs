@@ -1,0 +1,147 @@
+use std::fmt;
+
+use serde::Serialize;
+
+/// Why a value was refused; the message is shown to the caller as it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidValue(pub String);
+
+/// Names that `/{agent_id}` cannot take because the gateway routes them itself.
+const RESERVED_AGENT_IDS: [&str; 5] = ["admin", "healthz", "readyz", "metrics", "static"];
+
+/// An agent id: `^[a-z0-9][a-z0-9_-]{0,62}$`, not one of the reserved names.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct AgentId(String);
+
+impl AgentId {
+    pub fn parse(value: &str) -> Result<Self, InvalidValue> {
+        let bytes = value.as_bytes();
+        let valid = !bytes.is_empty()
+            && bytes.len() <= 63
+            && (bytes[0].is_ascii_lowercase() || bytes[0].is_ascii_digit())
+            && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_' || *b == b'-');
+        if !valid {
+            return Err(InvalidValue(format!("agent id {value:?} must match ^[a-z0-9][a-z0-9_-]{{0,62}}$")));
+        }
+        if RESERVED_AGENT_IDS.contains(&value) {
+            return Err(InvalidValue(format!("agent id {value:?} is reserved")));
+        }
+        Ok(Self(value.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for AgentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A prompt name: `^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct PromptName(String);
+
+impl PromptName {
+    pub fn parse(value: &str) -> Result<Self, InvalidValue> {
+        let bytes = value.as_bytes();
+        let valid = !bytes.is_empty()
+            && bytes.len() <= 128
+            && bytes[0].is_ascii_alphanumeric()
+            && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        if !valid {
+            return Err(InvalidValue(format!("prompt name {value:?} must match ^[A-Za-z0-9][A-Za-z0-9_.-]{{0,127}}$")));
+        }
+        Ok(Self(value.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for PromptName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The longest resource URI the gateway accepts, in bytes.
+pub const MAX_URI_BYTES: usize = 2048;
+
+/// A resource URI: an absolute URI per RFC 3986 (scheme required), at most 2048 bytes.
+/// It is an opaque key and never touches the gateway's filesystem.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct ResourceUri(String);
+
+impl ResourceUri {
+    pub fn parse(value: &str) -> Result<Self, InvalidValue> {
+        if value.len() > MAX_URI_BYTES {
+            return Err(InvalidValue(format!(
+                "resource URI is {} bytes; at most {MAX_URI_BYTES} are allowed",
+                value.len()
+            )));
+        }
+        match iri_string::types::UriAbsoluteString::try_from(value.to_owned()) {
+            Ok(_) => Ok(Self(value.to_owned())),
+            Err(_) => {
+                Err(InvalidValue(format!("resource URI {value:?} is not an absolute URI (RFC 3986, scheme required)")))
+            }
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl fmt::Display for ResourceUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_ids() {
+        assert!(AgentId::parse("research-bot").is_ok());
+        assert!(AgentId::parse("a").is_ok());
+        assert!(AgentId::parse(&"a".repeat(63)).is_ok());
+        assert!(AgentId::parse(&"a".repeat(64)).is_err());
+        assert!(AgentId::parse("-a").is_err());
+        assert!(AgentId::parse("Abc").is_err());
+        assert!(AgentId::parse("admin").is_err());
+        assert!(AgentId::parse("").is_err());
+    }
+
+    #[test]
+    fn prompt_names() {
+        assert!(PromptName::parse("test_simple_prompt").is_ok());
+        assert!(PromptName::parse("a.b-c").is_ok());
+        assert!(PromptName::parse(".a").is_err());
+        assert!(PromptName::parse("a b").is_err());
+    }
+
+    #[test]
+    fn resource_uris() {
+        assert!(ResourceUri::parse("test://static-text").is_ok());
+        assert!(ResourceUri::parse("file:///etc/hosts").is_ok());
+        assert!(ResourceUri::parse("https://example.com/a?b=c").is_ok());
+        assert!(ResourceUri::parse("relative/path").is_err());
+        assert!(ResourceUri::parse("has space://x").is_err());
+        assert!(ResourceUri::parse(&format!("x://{}", "a".repeat(2050))).is_err());
+    }
+}

@@ -1,0 +1,303 @@
+//! The registry's records. They serialise to the admin API's JSON shapes (camelCase, RFC 3339 times).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::time::Timestamp;
+use super::{AgentId, PromptName, ResourceUri, Scope};
+
+/// An agent's share of the request budget; applies to all its keys together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RateLimit {
+    pub requests_per_second: u32,
+    pub burst: u32,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Agent {
+    #[schema(value_type = String)]
+    pub id: AgentId,
+    pub name: String,
+    pub description: Option<String>,
+    pub rate_limit: Option<RateLimit>,
+    pub cache_ttl_ms: Option<u64>,
+    /// Random per creation: SSE event ids carry it so a re-created agent never replays old ids.
+    #[serde(skip)]
+    pub epoch: i64,
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: Timestamp,
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: Timestamp,
+}
+
+/// The fields a new agent is created with (already validated).
+#[derive(Debug, Clone)]
+pub struct NewAgent {
+    pub id: AgentId,
+    pub name: String,
+    pub description: Option<String>,
+    pub rate_limit: Option<RateLimit>,
+    pub cache_ttl_ms: Option<u64>,
+}
+
+/// A JSON merge-patch of an agent: `None` leaves a field alone, `Some(None)` clears it.
+#[derive(Debug, Clone, Default)]
+pub struct AgentPatch {
+    pub name: Option<String>,
+    pub description: Option<Option<String>>,
+    pub rate_limit: Option<Option<RateLimit>>,
+    pub cache_ttl_ms: Option<Option<u64>>,
+}
+
+/// A stored API key: never the key itself, only its digest.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyRecord {
+    pub id: String,
+    #[serde(skip)]
+    pub agent_id: AgentId,
+    pub name: Option<String>,
+    pub prefix: String,
+    pub scopes: Vec<Scope>,
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: Timestamp,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub expires_at: Option<Timestamp>,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub last_used_at: Option<Timestamp>,
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub revoked_at: Option<Timestamp>,
+}
+
+impl KeyRecord {
+    /// Whether the key may be used at `now`: not revoked and not expired.
+    pub fn is_usable_at(&self, now: Timestamp) -> bool {
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|at| now < at)
+    }
+
+    pub fn has_scope(&self, scope: Scope) -> bool {
+        self.scopes.contains(&scope)
+    }
+}
+
+/// A key to be stored; `digest` is the hex digest of the plain key.
+#[derive(Debug, Clone)]
+pub struct NewKey {
+    pub id: String,
+    pub agent_id: AgentId,
+    pub name: Option<String>,
+    pub prefix: String,
+    pub digest: String,
+    pub scopes: Vec<Scope>,
+    pub expires_at: Option<Timestamp>,
+}
+
+/// A resource's content: UTF-8 text or raw bytes (base64 only on the wire).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Content {
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+impl Content {
+    pub fn size(&self) -> u64 {
+        match self {
+            Content::Text(text) => text.len() as u64,
+            Content::Blob(bytes) => bytes.len() as u64,
+        }
+    }
+}
+
+/// A resource without its content, as lists show it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Resource {
+    #[schema(value_type = String)]
+    pub uri: ResourceUri,
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub mime_type: Option<String>,
+    pub size: u64,
+    pub annotations: Option<Value>,
+    #[serde(rename = "_meta")]
+    pub meta: Option<Value>,
+    /// Bumped on every replace; starts at 1.
+    #[serde(skip)]
+    pub version: i64,
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: Timestamp,
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: Timestamp,
+}
+
+/// A resource to be stored (already validated).
+#[derive(Debug, Clone)]
+pub struct NewResource {
+    pub uri: ResourceUri,
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub mime_type: Option<String>,
+    pub annotations: Option<Value>,
+    pub meta: Option<Value>,
+    pub content: Content,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceTemplate {
+    pub uri_template: String,
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub mime_type: Option<String>,
+    pub annotations: Option<Value>,
+    /// A MiniJinja template rendered with the URI's variables on `resources/read`.
+    pub text: Option<String>,
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: Timestamp,
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: Timestamp,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewResourceTemplate {
+    pub uri_template: String,
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub mime_type: Option<String>,
+    pub annotations: Option<Value>,
+    pub text: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PromptArgument {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required: Option<bool>,
+    /// Values `completion/complete` offers for this argument (admin-only, not in `prompts/list`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completions: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PromptMessage {
+    pub role: Role,
+    /// An MCP content block (`text`, `image`, `audio`, `resource_link`, `resource`); text fields are templates.
+    #[schema(value_type = Object)]
+    pub content: Value,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Prompt {
+    #[schema(value_type = String)]
+    pub name: PromptName,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub arguments: Vec<PromptArgument>,
+    pub messages: Vec<PromptMessage>,
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: Timestamp,
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: Timestamp,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewPrompt {
+    pub name: PromptName,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub arguments: Vec<PromptArgument>,
+    pub messages: Vec<PromptMessage>,
+}
+
+/// One committed registry change, as the event table keeps it. `seq` is per agent, without gaps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeEvent {
+    pub agent_id: AgentId,
+    pub seq: i64,
+    /// URIs whose content or metadata changed or that were deleted (`notifications/resources/updated`).
+    pub updated_uris: Vec<String>,
+    /// The resource or template list changed (`notifications/resources/list_changed`).
+    pub resources_list_changed: bool,
+    /// The prompt list changed (`notifications/prompts/list_changed`).
+    pub prompts_list_changed: bool,
+    pub created_at: Timestamp,
+}
+
+/// Who made an admin change, for the audit record written in the change's transaction.
+#[derive(Debug, Clone)]
+pub struct Actor {
+    /// `operator` or `key:<key id>`.
+    pub name: String,
+    pub request_id: Option<String>,
+}
+
+/// Which audit records a query wants; every field narrows the result.
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    pub agent: Option<AgentId>,
+    /// Records at or after this time.
+    pub since: Option<Timestamp>,
+    /// Records before this time.
+    pub until: Option<Timestamp>,
+    /// The MCP method, or for admin changes the action (e.g. `resource.put`).
+    pub method: Option<String>,
+}
+
+/// One audit record: an admin change (`kind` `admin`) or an MCP request (`kind` `mcp`).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditRecord {
+    pub id: String,
+    pub agent_id: String,
+    #[schema(value_type = String, format = DateTime)]
+    pub occurred_at: Timestamp,
+    pub kind: String,
+    pub actor: String,
+    pub action: String,
+    pub target: String,
+    pub before_digest: Option<String>,
+    pub after_digest: Option<String>,
+    pub request_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_prefix: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_out: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_ip: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_agent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+}

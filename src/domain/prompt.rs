@@ -1,0 +1,85 @@
+//! Prompts: checked when stored (arguments, messages, templates that compile), rendered on `prompts/get`.
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::content;
+use super::model::{PromptArgument, PromptMessage};
+
+/// Checks a prompt's arguments and messages; the error names the offending item, e.g.
+/// `messages[1].content.text does not compile: ...`.
+pub fn validate(arguments: &[PromptArgument], messages: &[PromptMessage]) -> Result<(), String> {
+    let mut names = HashSet::new();
+    for (index, argument) in arguments.iter().enumerate() {
+        if argument.name.trim().is_empty() {
+            return Err(format!("arguments[{index}].name must not be empty"));
+        }
+        if !names.insert(argument.name.as_str()) {
+            return Err(format!("arguments[{index}].name {:?} is declared twice", argument.name));
+        }
+    }
+    if messages.is_empty() {
+        return Err("messages must not be empty".to_owned());
+    }
+    for (index, message) in messages.iter().enumerate() {
+        content::validate_block(&message.content).map_err(|error| format!("messages[{index}].{error}"))?;
+    }
+    Ok(())
+}
+
+/// Renders every message with `args`. The caller has checked that `args` names only declared arguments
+/// and holds every required one; missing optional ones render empty.
+pub fn render_messages(
+    messages: &[PromptMessage],
+    args: &BTreeMap<String, String>,
+) -> Result<Vec<PromptMessage>, String> {
+    messages
+        .iter()
+        .enumerate()
+        .map(|(index, message)| {
+            let content =
+                content::render_block(&message.content, args).map_err(|error| format!("messages[{index}]: {error}"))?;
+            Ok(PromptMessage { role: message.role, content })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::model::Role;
+
+    fn argument(name: &str) -> PromptArgument {
+        PromptArgument { name: name.to_owned(), title: None, description: None, required: None, completions: None }
+    }
+
+    fn message(content: serde_json::Value) -> PromptMessage {
+        PromptMessage { role: Role::User, content }
+    }
+
+    #[test]
+    fn accepts_a_valid_prompt() {
+        let messages = [message(json!({"type": "text", "text": "Research {{ topic }}."}))];
+        assert_eq!(validate(&[argument("topic"), argument("depth")], &messages), Ok(()));
+    }
+
+    #[test]
+    fn refuses_bad_arguments_and_messages() {
+        let ok = [message(json!({"type": "text", "text": "x"}))];
+        assert!(validate(&[argument("a"), argument("a")], &ok).is_err());
+        assert!(validate(&[argument("")], &ok).is_err());
+        assert!(validate(&[], &[]).is_err());
+        let error = validate(&[], &[ok[0].clone(), message(json!({"type": "text", "text": "{{ x"}))])
+            .expect_err("does not compile");
+        assert!(error.starts_with("messages[1].content.text"), "{error}");
+    }
+
+    #[test]
+    fn renders_messages() {
+        let messages = [message(json!({"type": "text", "text": "a={{ a }} b={{ b }}"}))];
+        let args = [("a".to_owned(), "1".to_owned())].into();
+        let rendered = render_messages(&messages, &args).expect("renders");
+        assert_eq!(rendered[0].content, json!({"type": "text", "text": "a=1 b="}));
+    }
+}

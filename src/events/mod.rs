@@ -1,0 +1,144 @@
+//! The event bus: how committed changes reach every part of every replica.
+//!
+//! Producers are the stores: SQLite publishes to the [`LocalBus`] right after commit (one replica);
+//! PostgreSQL issues `pg_notify` inside the change's transaction, so the notification is sent exactly
+//! when the change commits, and every replica's listener (including the writer's own) forwards it to its
+//! [`LocalBus`]. Consumers (caches, the SSE stream hub) subscribe to the [`LocalBus`] only.
+//!
+//! Payloads carry ids, never bodies: a consumer that needs an event's details reads the event table.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+use crate::store::Store;
+
+/// The PostgreSQL LISTEN/NOTIFY side of the bus.
+pub mod postgres;
+/// The pruning task that keeps the event table within its retention window.
+pub mod retention;
+
+/// The PostgreSQL channel all replicas listen on.
+pub const CHANNEL: &str = "hivegate_events";
+
+/// One message on the bus. Serialised as the NOTIFY payload, so keep it small (PostgreSQL caps payloads
+/// at 8000 bytes; ids are short).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum BusMessage {
+    /// A registry change committed with this per-agent sequence number; details are in the event table.
+    Change { agent: String, seq: i64 },
+    /// The agent's settings (name, rate limit, cache TTL) changed.
+    AgentChanged { agent: String },
+    /// The agent and everything it owned is gone: its keys stop working, its streams close.
+    AgentDeleted { agent: String },
+    /// The key was revoked: refuse it from the next request on, and close its streams.
+    KeyRevoked { agent: String, key: String },
+    /// A legacy session ended (`DELETE`, or expiry noticed by a request): forget it, close its stream.
+    /// `session` is the session's digest, never the id the client holds.
+    SessionEnded { agent: String, session: String },
+    /// A legacy session subscribed to `uri` (`resources/subscribe`): its stream, wherever it is, starts
+    /// receiving `notifications/resources/updated` for it. Carried in the message so that it is applied in
+    /// commit order with the changes around it.
+    Subscribed { agent: String, session: String, uri: String },
+    /// The opposite of [`BusMessage::Subscribed`].
+    Unsubscribed { agent: String, session: String, uri: String },
+    /// A `GET` opened stream `stream` for a legacy session: any other stream of that session, on any replica,
+    /// is replaced (closed).
+    StreamOpened { agent: String, session: String, stream: String },
+    /// A marker a replica sends through the bus after its own change and waits to hear back: messages
+    /// arrive in commit order, so once the marker is back every message before it has been applied here
+    /// (and has reached every other replica's listener).
+    Barrier { id: String },
+    /// Messages may have been missed (the listener reconnected, or a consumer lagged): drop every cache
+    /// and catch up from the event table.
+    Resync,
+}
+
+/// Something that must apply a message before anyone else can observe it, such as a cache of keys
+/// that must never answer for a revoked key once the revocation is known here.
+pub trait BusHook: Send + Sync {
+    fn apply(&self, message: &BusMessage);
+}
+
+/// The in-process fan-out every consumer subscribes to.
+///
+/// Hooks run synchronously in [`LocalBus::publish`], before the message is broadcast: a task that sees a
+/// message knows the caches have already applied it. The `broadcast` channel serves the consumers that
+/// only react (streams): every one sees every message; its capacity bounds memory, and a consumer that
+/// falls further behind gets `RecvError::Lagged`, which it must treat as [`BusMessage::Resync`].
+#[derive(Clone)]
+pub struct LocalBus {
+    sender: broadcast::Sender<BusMessage>,
+    /// Registered once at start-up and read on every message: a read-mostly lock.
+    hooks: Arc<RwLock<Vec<Arc<dyn BusHook>>>>,
+}
+
+impl std::fmt::Debug for LocalBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalBus").field("receivers", &self.sender.receiver_count()).finish()
+    }
+}
+
+/// How long a change waits to hear its own barrier back before answering anyway.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Messages a slow consumer may fall behind by before it has to resync.
+const LOCAL_BUS_CAPACITY: usize = 4096;
+
+impl Default for LocalBus {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LocalBus {
+    pub fn new() -> Self {
+        let (sender, _) = broadcast::channel(LOCAL_BUS_CAPACITY);
+        Self { sender, hooks: Arc::default() }
+    }
+
+    /// Adds a hook that applies every later message before it is broadcast.
+    pub fn add_hook(&self, hook: Arc<dyn BusHook>) {
+        self.hooks.write().unwrap_or_else(|poisoned| poisoned.into_inner()).push(hook);
+    }
+
+    /// Applies the hooks, then delivers to every current subscriber; having none is fine.
+    pub fn publish(&self, message: BusMessage) {
+        for hook in self.hooks.read().unwrap_or_else(|poisoned| poisoned.into_inner()).iter() {
+            hook.apply(&message);
+        }
+        let _ = self.sender.send(message);
+    }
+
+    /// Waits until every change this replica committed so far has come back through the bus and been
+    /// applied here. With PostgreSQL the bus is asynchronous (NOTIFY), so an admin write calls this
+    /// before answering: the writer's own caches are then true, and every other replica's listener has
+    /// been sent the change too. Gives up after a bounded wait (logged), since the change did commit.
+    pub async fn settle(&self, store: &dyn Store) {
+        let id = uuid::Uuid::new_v4().to_string();
+        let mut messages = self.subscribe();
+        if let Err(error) = store.announce(BusMessage::Barrier { id: id.clone() }).await {
+            tracing::warn!(%error, "could not send a bus barrier");
+            return;
+        }
+        let heard = async {
+            loop {
+                match messages.recv().await {
+                    Ok(BusMessage::Barrier { id: heard }) if heard == id => return,
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        };
+        if tokio::time::timeout(SETTLE_TIMEOUT, heard).await.is_err() {
+            tracing::warn!("the bus did not echo a barrier within {SETTLE_TIMEOUT:?}; answering anyway");
+        }
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<BusMessage> {
+        self.sender.subscribe()
+    }
+}

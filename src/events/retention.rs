@@ -1,0 +1,77 @@
+//! Event retention: the pruning task that keeps the event table (the outbox notifications are sent and
+//! replayed from) within the configured time and count, and removes expired legacy sessions.
+//!
+//! Every replica runs it; the deletes are idempotent and bounded per statement, so replicas pruning at the
+//! same time only share the work. A resumption from a position that was pruned is answered with the resync
+//! set (see [`crate::mcp::sse::EventFrames::resync`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::MissedTickBehavior;
+
+use crate::config::{EventsConfig, SessionsConfig};
+use crate::domain::time::Timestamp;
+use crate::store::Store;
+
+/// What is kept: events younger than `max_age` and among the agent's latest `max_count`, sessions seen
+/// within `session_idle`.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    pub max_age: Duration,
+    pub max_count: u64,
+    pub session_idle: Duration,
+    pub every: Duration,
+}
+
+impl Retention {
+    pub fn from_config(events: &EventsConfig, sessions: &SessionsConfig) -> Self {
+        Self {
+            max_age: Duration::from_secs(events.retention_secs),
+            max_count: events.retention_count,
+            session_idle: Duration::from_secs(sessions.idle_timeout_secs),
+            every: Duration::from_millis(events.prune_interval_ms),
+        }
+    }
+}
+
+/// The running pruning task. It is owned by the application: dropping this (at shutdown, or when the
+/// application is dropped) stops it; a prune that fails is logged and tried again at the next tick.
+pub struct Pruner {
+    task: JoinHandle<()>,
+}
+
+impl Pruner {
+    /// Prunes now and then every `retention.every`.
+    pub fn start(store: Arc<dyn Store>, retention: Retention) -> Self {
+        Self { task: tokio::spawn(run(store, retention)) }
+    }
+}
+
+impl Drop for Pruner {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn run(store: Arc<dyn Store>, retention: Retention) {
+    let mut ticker = tokio::time::interval(retention.every);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let now = Timestamp::now().as_micros();
+        let before = |age: Duration| Timestamp::from_micros(now.saturating_sub(micros(age)));
+        match store.prune(before(retention.max_age), retention.max_count, before(retention.session_idle)).await {
+            Ok(pruned) if pruned.events > 0 || pruned.sessions > 0 => {
+                tracing::debug!(events = pruned.events, sessions = pruned.sessions, "pruned");
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "pruning events and sessions failed; retrying at the next tick"),
+        }
+    }
+}
+
+fn micros(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+}

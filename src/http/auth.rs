@@ -1,0 +1,163 @@
+//! Authentication: agent keys (cached, invalidated through the bus) and the operator token.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::http::HeaderMap;
+use dashmap::DashMap;
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::domain::model::KeyRecord;
+use crate::domain::time::Timestamp;
+use crate::domain::{AgentId, ApiKey, KeyDigest, KeyHasher};
+use crate::events::{BusHook, BusMessage};
+use crate::store::{Store, StoreError};
+
+/// The header agent keys travel in; it wins over `Authorization: Bearer`.
+pub const KEY_HEADER: &str = "x-agent-api-key";
+/// `last_used_at` is written at most this often per key, so reads do not turn into writes.
+const TOUCH_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Why a presented key was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// No key, an unknown one, or a revoked or expired one: 401.
+    #[error("missing, unknown, revoked or expired API key")]
+    Unauthenticated,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+struct CachedKey {
+    record: KeyRecord,
+    /// When this replica last wrote `last_used_at` (or loaded the key).
+    touched: Instant,
+}
+
+/// Presented keys, by digest, so a request costs one hash and one map lookup.
+///
+/// Entries are dropped by bus messages (revocation, agent deletion, resync), applied synchronously as a
+/// [`BusHook`]; expiry is checked on every use. `generation` guards against a lookup that read the
+/// database before a revocation and would otherwise put the stale key back after the revocation cleared it.
+pub struct KeyCache {
+    store: Arc<dyn Store>,
+    hasher: KeyHasher,
+    entries: DashMap<KeyDigest, CachedKey>,
+    generation: AtomicU64,
+}
+
+impl KeyCache {
+    pub fn new(store: Arc<dyn Store>, hasher: KeyHasher) -> Self {
+        Self { store, hasher, entries: DashMap::new(), generation: AtomicU64::new(0) }
+    }
+
+    /// The key in `headers` (`X-Agent-API-Key`, else `Authorization: Bearer`), if any.
+    pub fn presented(headers: &HeaderMap) -> Option<&str> {
+        if let Some(value) = headers.get(KEY_HEADER) {
+            return value.to_str().ok().map(str::trim);
+        }
+        bearer(headers)
+    }
+
+    /// The stored key for a presented one, if it is usable now.
+    pub async fn authenticate(&self, presented: Option<&str>) -> Result<KeyRecord, KeyError> {
+        let key = presented.and_then(ApiKey::parse).ok_or(KeyError::Unauthenticated)?;
+        let digest = self.hasher.digest(key.expose());
+        let now = Timestamp::now();
+        let cached = self.entries.get_mut(&digest).map(|mut entry| {
+            let due = entry.touched.elapsed() >= TOUCH_INTERVAL;
+            if due {
+                entry.touched = Instant::now();
+            }
+            (entry.record.clone(), due)
+        });
+        let (record, touch) = match cached {
+            Some(hit) => hit,
+            None => {
+                let generation = self.generation.load(Ordering::Acquire);
+                let record = self.store.find_key(&digest.to_hex()).await?.ok_or(KeyError::Unauthenticated)?;
+                // The generation is compared while the entry's shard is locked: a `forget` that began
+                // after the database read has bumped it (and we skip), or it takes the shard lock after
+                // us and its `retain` removes what we insert.
+                if let dashmap::Entry::Vacant(slot) = self.entries.entry(digest)
+                    && self.generation.load(Ordering::Acquire) == generation
+                {
+                    slot.insert(CachedKey { record: record.clone(), touched: Instant::now() });
+                }
+                (record, true)
+            }
+        };
+        if !record.is_usable_at(now) {
+            return Err(KeyError::Unauthenticated);
+        }
+        if touch {
+            let store = self.store.clone();
+            let id = record.id.clone();
+            tokio::spawn(async move {
+                if let Err(error) = store.touch_key(&id).await {
+                    tracing::warn!(%error, "could not record key use");
+                }
+            });
+        }
+        Ok(record)
+    }
+
+    fn forget(&self, keep: impl Fn(&KeyRecord) -> bool) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.entries.retain(|_, entry| keep(&entry.record));
+    }
+}
+
+impl BusHook for KeyCache {
+    fn apply(&self, message: &BusMessage) {
+        match message {
+            BusMessage::KeyRevoked { key, .. } => self.forget(|record| &record.id != key),
+            BusMessage::AgentDeleted { agent } => self.forget(|record| record.agent_id.as_str() != agent),
+            BusMessage::Resync => self.forget(|_| false),
+            BusMessage::Change { .. }
+            | BusMessage::AgentChanged { .. }
+            | BusMessage::Barrier { .. }
+            | BusMessage::SessionEnded { .. }
+            | BusMessage::Subscribed { .. }
+            | BusMessage::Unsubscribed { .. }
+            | BusMessage::StreamOpened { .. } => {}
+        }
+    }
+}
+
+/// The value of `Authorization: Bearer <token>`, if present.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// The operator token: either configured (then it is the only one) or generated once and stored as a digest.
+pub enum OperatorToken {
+    Configured(SecretString),
+    Stored { hasher: KeyHasher, digest: KeyDigest },
+}
+
+impl OperatorToken {
+    /// Constant-time check of a presented token.
+    pub fn is_valid(&self, presented: &str) -> bool {
+        match self {
+            OperatorToken::Configured(token) => {
+                let hasher = KeyHasher::new(None);
+                hasher.digest(token.expose_secret()).ct_eq(&hasher.digest(presented))
+            }
+            OperatorToken::Stored { hasher, digest } => hasher.digest(presented).ct_eq(digest),
+        }
+    }
+
+    /// Whether `Authorization: Bearer` in `headers` carries the operator token.
+    pub fn is_presented_in(&self, headers: &HeaderMap) -> bool {
+        bearer(headers).is_some_and(|token| self.is_valid(token))
+    }
+}
+
+/// Whether `record` belongs to `agent`.
+pub fn is_key_of(record: &KeyRecord, agent: &AgentId) -> bool {
+    &record.agent_id == agent
+}

@@ -1,0 +1,107 @@
+//! The HTTP surface: one router, its layer stack, and the health endpoints.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderName, Request, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::state::AppState;
+
+/// Authentication of agent keys and the operator token.
+pub mod auth;
+
+/// The request id header: taken from the client when present, else generated; echoed on the response.
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The whole application router.
+pub fn router(state: AppState) -> Router {
+    let max_body = state.config.limits.max_body_bytes;
+    let timeout = Duration::from_millis(state.config.http.request_timeout_ms);
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .nest(
+            "/admin/v1",
+            crate::admin::router().layer(axum::middleware::from_fn_with_state(state.clone(), settle_after_write)),
+        )
+        .route(
+            "/{agent_id}/mcp",
+            post(crate::mcp::transport::post).get(crate::mcp::standalone::get).delete(crate::mcp::standalone::delete),
+        )
+        .fallback(not_found)
+        .layer(
+            ServiceBuilder::new()
+                // Secrets are marked sensitive first, so no later layer can log them.
+                .layer(SetSensitiveRequestHeadersLayer::new([
+                    header::AUTHORIZATION,
+                    HeaderName::from_static(auth::KEY_HEADER),
+                ]))
+                // Every request gets an id (the client's `x-request-id` if it sent one) …
+                .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+                // … that the trace span carries, so every log line of a request can be found …
+                .layer(TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
+                    let request_id = request.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
+                    tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id)
+                }))
+                // … and that goes back to the client.
+                .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+                // A panic in a handler is a 500 for that request, not a dead connection task.
+                .layer(CatchPanicLayer::new())
+                // Bodies are read by our own extractors, which turn this limit into a 413 in our format.
+                .layer(DefaultBodyLimit::max(max_body))
+                // A request that takes longer than this is cut off with 408 rather than holding resources. It
+                // times the handler only, not the body: SSE streams, answered at once, run as long as they
+                // last.
+                .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout)),
+        )
+        .with_state(state)
+}
+
+/// After a successful admin write, waits until the change has come back through the bus (see
+/// [`crate::events::LocalBus::settle`]), so that the answer is only sent once this replica's caches are
+/// true and every replica has been sent the change: a revoked key is refused on the very next request.
+async fn settle_after_write(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let is_write = !request.method().is_safe();
+    let response = next.run(request).await;
+    if is_write && response.status().is_success() {
+        state.bus.settle(state.store.as_ref()).await;
+    }
+    response
+}
+
+/// Liveness: the process is up and serving.
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Readiness: the database answers. 503 otherwise, so load balancers route around this replica.
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.store.ping().await {
+        Ok(()) => (StatusCode::OK, "ready").into_response(),
+        Err(error) => {
+            tracing::warn!(%error, "not ready: database unreachable");
+            (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "1")], "database unreachable").into_response()
+        }
+    }
+}
+
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        [(header::CONTENT_TYPE, "application/problem+json")],
+        r#"{"type":"about:blank","title":"Not Found","status":404,"detail":"no such endpoint"}"#,
+    )
+        .into_response()
+}

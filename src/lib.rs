@@ -1,0 +1,56 @@
+//! hivegate: a multi-tenant MCP gateway.
+//!
+//! Hosted agents publish context for language models through the admin API: resources (identified by
+//! URI, text or binary), resource templates (RFC 6570) and prompts (MiniJinja message templates).
+//! hivegate keeps each agent's registry in SQLite or PostgreSQL and serves it over MCP at
+//! `/{agent_id}/mcp`.
+//!
+//! # Layout
+//!
+//! - [`config`]: the configuration (TOML file + `HIVEGATE_*` environment), validated at start-up.
+//! - [`app`]: [`app::Application`] wires store, bus, caches and the HTTP server; shutdown.
+//! - [`http`]: the router, its layer stack, authentication and health endpoints.
+//! - [`admin`]: the REST admin API under `/admin/v1` and its OpenAPI document.
+//! - [`mcp`]: the MCP endpoint `/{agent_id}/mcp`, both protocol eras; its module doc follows one request.
+//! - [`registry`]: what the registry looks like from outside: pagination cursors, per-agent caches.
+//! - [`domain`]: identifiers, keys and records that are valid once they exist.
+//! - [`store`]: the [`store::Store`] trait and its SQLite and PostgreSQL implementations.
+//! - [`events`]: the event bus that carries committed changes to every replica; event retention.
+//! - [`error`]: the admin API's error type and its one mapping to `application/problem+json`.
+//!
+//! # The life of an admin change
+//!
+//! `PUT /admin/v1/agents/a/resources` → [`http`] assigns a request id and traces the request →
+//! [`admin`] authenticates (operator token or the agent's `registry` key), parses the body into domain
+//! types (a bad field is a 400/422 that changes nothing) → [`store`] commits the resource, the agent's next
+//! event row and an audit row in one transaction → the [`events`] bus tells every replica, whose caches
+//! drop what the change made stale and whose open SSE streams ([`mcp::hub`]) receive the change's
+//! notifications, read once per replica from the event table. [`events::retention`] prunes the event table
+//! to its window; a client resuming from before it gets a resync instead of a replay.
+
+/// The admin REST API.
+pub mod admin;
+/// Composition root: builds the application from its configuration and runs it.
+pub mod app;
+/// The command line.
+pub mod cli;
+/// Configuration loading and validation.
+pub mod config;
+/// Parse-don't-validate domain types.
+pub mod domain;
+/// The admin API's problem+json error.
+pub mod error;
+/// The event bus.
+pub mod events;
+/// Router, layers, authentication, health.
+pub mod http;
+/// The MCP endpoint: both protocol eras on `/{agent_id}/mcp`.
+pub mod mcp;
+/// Registry views shared by the admin API and the MCP endpoint.
+pub mod registry;
+/// Shared handler state.
+pub mod state;
+/// Storage backends.
+pub mod store;
+/// Logging set-up.
+pub mod telemetry;

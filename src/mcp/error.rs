@@ -1,0 +1,223 @@
+//! `McpError`: every way a request to the MCP endpoint can fail, with its JSON-RPC code and HTTP status
+//! mapped in one place ([`McpError::status_and_code`]).
+//!
+//! HTTP-level failures (auth, body, envelope, headers, version) carry a non-200 status and a JSON-RPC error
+//! body; errors a method raises while handling well-formed params answer HTTP 200 with the request's id.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::jsonrpc::{self, RequestId};
+use super::types::SUPPORTED_VERSIONS;
+use crate::store::StoreError;
+
+/// hivegate's own JSON-RPC codes, outside the range JSON-RPC and MCP reserve.
+pub mod code {
+    pub const UNAUTHENTICATED: i32 = -31401;
+    pub const FORBIDDEN: i32 = -31403;
+    pub const UNKNOWN_AGENT: i32 = -31404;
+    pub const UNKNOWN_SESSION: i32 = -31410;
+    pub const RATE_LIMITED: i32 = -31429;
+    pub const UNAVAILABLE: i32 = -31503;
+    pub const PARSE_ERROR: i32 = -32700;
+    pub const INVALID_REQUEST: i32 = -32600;
+    pub const METHOD_NOT_FOUND: i32 = -32601;
+    pub const INVALID_PARAMS: i32 = -32602;
+    pub const INTERNAL_ERROR: i32 = -32603;
+    /// Resource not found before 2026-07-28.
+    pub const RESOURCE_NOT_FOUND: i32 = -32002;
+    pub const HEADER_MISMATCH: i32 = -32020;
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
+}
+
+/// `realm` of the `WWW-Authenticate` challenge on 401.
+const CHALLENGE: &str = "Bearer realm=\"hivegate\"";
+/// Seconds a client should wait before retrying while the database is unreachable.
+const UNAVAILABLE_RETRY_AFTER_SECS: &str = "1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    #[error("Forbidden: {0}")]
+    OriginNotAllowed(String),
+    #[error("missing, unknown, revoked or expired API key")]
+    Unauthenticated,
+    #[error("agent not found")]
+    UnknownAgent,
+    #[error("Forbidden: {0}")]
+    Forbidden(&'static str),
+    #[error("rate limit exceeded")]
+    RateLimited { retry_after_ms: u64 },
+    #[error("database unavailable; retry shortly")]
+    Unavailable,
+    /// The replica is shutting down: no new streams; the client reconnects (to another replica).
+    #[error("shutting down; reconnect")]
+    ShuttingDown,
+    /// A legacy request that needs a session (GET, DELETE, resources/subscribe, resources/unsubscribe)
+    /// came without `Mcp-Session-Id`.
+    #[error("Bad Request: this request needs an Mcp-Session-Id header (from initialize)")]
+    MissingSession,
+    /// An unknown, ended or expired session, or one another key created: start a new one with initialize.
+    #[error("Session not found: it is unknown, ended or expired; initialize a new one")]
+    UnknownSession,
+    /// Opening another SSE stream would exceed the limit for the key or the agent on this replica.
+    #[error("too many open streams for this {scope} (the limit is {limit}); close one first")]
+    TooManyStreams { scope: &'static str, limit: u32 },
+    #[error("request body is larger than {limit} bytes")]
+    BodyTooLarge { limit: usize },
+    #[error("Parse error: {0}")]
+    Parse(String),
+    #[error("Invalid Request: {0}")]
+    InvalidRequest(String),
+    /// The response can be neither JSON nor an event stream (`Accept` allows neither).
+    #[error("Not Acceptable: the response is application/json or text/event-stream")]
+    NotAcceptable,
+    /// A GET or DELETE on the modern wire, which has no standalone stream and no sessions.
+    #[error("Method Not Allowed: 2026-07-28 clients POST (subscriptions/listen for change notifications)")]
+    HttpMethodNotAllowed,
+    #[error("Header mismatch: {0}")]
+    HeaderMismatch(String),
+    #[error("Unsupported protocol version")]
+    UnsupportedVersion { requested: String },
+    /// A modern request whose `_meta` lacks a required field: -32602 with HTTP 400.
+    #[error("Invalid params: {0}")]
+    InvalidMeta(String),
+    #[error("Method not found: {method}")]
+    MethodNotFound { method: String, is_modern: bool },
+    #[error("Invalid params: {0}")]
+    InvalidParams(String),
+    #[error("Resource not found")]
+    ResourceNotFound { uri: String, is_modern: bool },
+    /// A fault of ours while handling a well-formed request (details are logged, not returned).
+    #[error("Internal error")]
+    Internal,
+}
+
+impl McpError {
+    /// The single mapping from failure to HTTP status and JSON-RPC code.
+    pub fn status_and_code(&self) -> (StatusCode, i32) {
+        match self {
+            McpError::OriginNotAllowed(_) | McpError::Forbidden(_) => (StatusCode::FORBIDDEN, code::FORBIDDEN),
+            McpError::Unauthenticated => (StatusCode::UNAUTHORIZED, code::UNAUTHENTICATED),
+            McpError::UnknownAgent => (StatusCode::NOT_FOUND, code::UNKNOWN_AGENT),
+            McpError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, code::RATE_LIMITED),
+            McpError::Unavailable | McpError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE),
+            McpError::MissingSession => (StatusCode::BAD_REQUEST, code::INVALID_REQUEST),
+            McpError::UnknownSession => (StatusCode::NOT_FOUND, code::UNKNOWN_SESSION),
+            McpError::TooManyStreams { .. } => (StatusCode::TOO_MANY_REQUESTS, code::RATE_LIMITED),
+            McpError::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, code::INVALID_REQUEST),
+            McpError::Parse(_) => (StatusCode::BAD_REQUEST, code::PARSE_ERROR),
+            McpError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, code::INVALID_REQUEST),
+            McpError::NotAcceptable => (StatusCode::NOT_ACCEPTABLE, code::INVALID_REQUEST),
+            McpError::HttpMethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, code::INVALID_REQUEST),
+            McpError::HeaderMismatch(_) => (StatusCode::BAD_REQUEST, code::HEADER_MISMATCH),
+            McpError::UnsupportedVersion { .. } => (StatusCode::BAD_REQUEST, code::UNSUPPORTED_PROTOCOL_VERSION),
+            McpError::InvalidMeta(_) => (StatusCode::BAD_REQUEST, code::INVALID_PARAMS),
+            McpError::MethodNotFound { is_modern: true, .. } => (StatusCode::NOT_FOUND, code::METHOD_NOT_FOUND),
+            McpError::MethodNotFound { is_modern: false, .. } => (StatusCode::OK, code::METHOD_NOT_FOUND),
+            McpError::InvalidParams(_) => (StatusCode::OK, code::INVALID_PARAMS),
+            McpError::ResourceNotFound { is_modern: true, .. } => (StatusCode::OK, code::INVALID_PARAMS),
+            McpError::ResourceNotFound { is_modern: false, .. } => (StatusCode::OK, code::RESOURCE_NOT_FOUND),
+            McpError::Internal => (StatusCode::OK, code::INTERNAL_ERROR),
+        }
+    }
+
+    pub fn code(&self) -> i32 {
+        self.status_and_code().1
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.status_and_code().0
+    }
+
+    /// The error's `data` member, when the specification or the contract defines one.
+    pub fn data(&self) -> Option<Value> {
+        match self {
+            McpError::UnsupportedVersion { requested } => {
+                Some(json!({ "supported": SUPPORTED_VERSIONS, "requested": requested }))
+            }
+            McpError::ResourceNotFound { uri, .. } => Some(json!({ "uri": uri })),
+            McpError::RateLimited { retry_after_ms } => Some(json!({ "retryAfterMs": retry_after_ms })),
+            McpError::TooManyStreams { scope, limit } => Some(json!({ "limit": limit, "per": scope })),
+            _ => None,
+        }
+    }
+
+    /// The HTTP response for this error, carrying `id` (null when the request's id is not known).
+    pub fn into_http(self, id: Option<&RequestId>) -> Response {
+        let status = self.status();
+        let mut response = (
+            status,
+            [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+            jsonrpc::failure(id, &self),
+        )
+            .into_response();
+        let headers = response.headers_mut();
+        match &self {
+            McpError::Unauthenticated => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(CHALLENGE));
+            }
+            McpError::Unavailable | McpError::ShuttingDown => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static(UNAVAILABLE_RETRY_AFTER_SECS));
+            }
+            McpError::RateLimited { retry_after_ms } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_ms.div_ceil(1000).max(1)));
+            }
+            McpError::HttpMethodNotAllowed => {
+                headers.insert(header::ALLOW, HeaderValue::from_static("POST"));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+impl IntoResponse for McpError {
+    fn into_response(self) -> Response {
+        self.into_http(None)
+    }
+}
+
+impl From<StoreError> for McpError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Unavailable(source) => {
+                tracing::warn!(error = %source, "database unavailable");
+                McpError::Unavailable
+            }
+            other => {
+                tracing::error!(error = %other, "store failure while serving MCP");
+                McpError::Internal
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_found_differs_by_era() {
+        let modern = McpError::ResourceNotFound { uri: "a://b".into(), is_modern: true };
+        let legacy = McpError::ResourceNotFound { uri: "a://b".into(), is_modern: false };
+        assert_eq!(modern.status_and_code(), (StatusCode::OK, -32602));
+        assert_eq!(legacy.status_and_code(), (StatusCode::OK, -32002));
+        assert_eq!(modern.data(), Some(json!({ "uri": "a://b" })));
+    }
+
+    #[test]
+    fn unknown_method_is_404_on_the_modern_wire_only() {
+        let modern = McpError::MethodNotFound { method: "x".into(), is_modern: true };
+        let legacy = McpError::MethodNotFound { method: "x".into(), is_modern: false };
+        assert_eq!(modern.status(), StatusCode::NOT_FOUND);
+        assert_eq!(legacy.status(), StatusCode::OK);
+    }
+
+    #[test]
+    fn unauthenticated_carries_the_challenge() {
+        let response = McpError::Unauthenticated.into_http(None);
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(response.headers()[header::WWW_AUTHENTICATE], CHALLENGE);
+    }
+}

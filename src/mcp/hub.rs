@@ -1,0 +1,324 @@
+//! The stream hub: every SSE stream open on this replica, by agent, and the fan-out of committed changes
+//! to them.
+//!
+//! The hub is a [`BusHook`]: the bus applies every message to it synchronously, in commit order, before
+//! anything else can observe the message. A `Change` only wakes the agent's pump; closing streams
+//! (revoked key, deleted agent, ended or replaced session) and updating a legacy session's subscriptions
+//! happen right in the hook.
+//!
+//! **Fan-out.** Each agent with open streams here has one pump task. Woken by `Change`, it reads the new
+//! event rows from the database once for this replica, serialises their notifications once
+//! ([`EventFrames`]) and offers the shared frames to every stream of the agent through the stream's bounded
+//! queue. Each stream tracks the last sequence number it delivered: it skips what it already has and fills
+//! any gap from the event table itself, so a stream never sees an event twice and never misses one within
+//! the retention window. On `Resync` (the listener reconnected) the pump re-reads from the oldest
+//! position any of its streams is at.
+//!
+//! **Slow consumers.** A stream whose queue is full when a change arrives has fallen behind: a legacy
+//! stream is closed (its client resumes with `Last-Event-ID` and is replayed from the event table), a
+//! modern one is marked lagged and catches up from the event table once it has drained its queue.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use dashmap::DashMap;
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+
+use super::error::McpError;
+use super::fanout::{self, AgentStreams, Handle, Inner, Signal};
+use super::sse::{EventFrames, Interest};
+use crate::config::StreamsConfig;
+use crate::domain::AgentId;
+use crate::domain::model::Agent;
+use crate::domain::session::SessionDigest;
+use crate::events::{BusHook, BusMessage};
+use crate::store::Store;
+
+/// Events read from the table per query, by pumps and by streams catching up.
+pub const EVENT_PAGE: u32 = 500;
+
+/// What a stream shares with the hub and its agent's pump.
+#[derive(Debug)]
+pub struct Shared {
+    /// The sequence number of the last event the stream has dealt with; -1 until it knows where it starts.
+    pub cursor: AtomicI64,
+    /// Set when a change could not be queued (the queue was full): catch up from the event table.
+    pub lagged: AtomicBool,
+    /// Set when the client cancelled the stream (`notifications/cancelled`): it gets nothing more, not even
+    /// a final result.
+    pub is_cancelled: AtomicBool,
+    /// What the stream wants; a legacy session's subscriptions change under it. Read on every delivery,
+    /// written on (un)subscribe: a read-mostly lock, never held across an `.await`.
+    pub interest: RwLock<Interest>,
+}
+
+impl Shared {
+    pub fn interest(&self) -> std::sync::RwLockReadGuard<'_, Interest> {
+        self.interest.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Replaces the subscribed URIs (a legacy stream loads its session's when it opens).
+    pub fn set_interest_uris(&self, uris: std::collections::HashSet<String>) {
+        self.set_uris(|interest| interest.uris = uris);
+    }
+
+    pub(super) fn set_uris(&self, apply: impl FnOnce(&mut Interest)) {
+        apply(&mut self.interest.write().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    }
+}
+
+/// Which kind of stream, and what identifies it beyond its agent.
+#[derive(Debug, Clone)]
+pub enum Kind {
+    /// A legacy session's `GET` stream; `stream` is its replica-independent id (a second `GET` on the
+    /// session, on any replica, closes every other stream of the session).
+    Legacy { session: SessionDigest, stream: String },
+    /// A `subscriptions/listen` stream, opened by the request with this id.
+    Modern { listen_id: Value },
+}
+
+/// Every stream of this replica.
+pub struct Hub {
+    store: Arc<dyn Store>,
+    max_per_key: u32,
+    max_per_agent: u32,
+    /// Changes one stream's queue holds (shared frames, a pointer each): how far a reader may fall behind
+    /// before the slow-consumer policy applies.
+    queue_capacity: usize,
+    /// The agents with open streams here. A sharded map: every bus message and every stream opening looks
+    /// an agent up, from many tasks at once, and no entry is held across an `.await`.
+    agents: DashMap<AgentId, Arc<AgentStreams>>,
+    /// Open streams per key id, for the per-key limit; an entry goes when its count reaches zero.
+    per_key: DashMap<String, u32>,
+    /// Set at shutdown: no new streams.
+    is_closing: AtomicBool,
+    /// Stream ids, unique on this replica.
+    next_id: AtomicU64,
+}
+
+/// A stream's place in the hub: its queue's receiving end and the state it shares. Dropping it (the
+/// stream ended, or its client went away) takes the stream out of the hub.
+pub struct Registration {
+    hub: Arc<Hub>,
+    entry: Arc<AgentStreams>,
+    id: u64,
+    key_id: String,
+    pub shared: Arc<Shared>,
+    pub queue: mpsc::Receiver<Arc<EventFrames>>,
+}
+
+impl Registration {
+    pub fn epoch(&self) -> i64 {
+        self.entry.epoch
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        {
+            let mut inner = self.entry.lock();
+            inner.streams.remove(&self.id);
+            if inner.streams.is_empty() {
+                inner.is_dead = true;
+            }
+        }
+        self.hub
+            .agents
+            .remove_if(&self.entry.agent, |_, entry| Arc::ptr_eq(entry, &self.entry) && entry.lock().is_dead);
+        self.hub.per_key.remove_if_mut(&self.key_id, |_, count| {
+            *count = count.saturating_sub(1);
+            *count == 0
+        });
+    }
+}
+
+impl Hub {
+    pub fn new(store: Arc<dyn Store>, config: &StreamsConfig) -> Self {
+        Self {
+            store,
+            max_per_key: config.max_per_key,
+            max_per_agent: config.max_per_agent,
+            queue_capacity: config.queue_capacity as usize,
+            agents: DashMap::new(),
+            per_key: DashMap::new(),
+            is_closing: AtomicBool::new(false),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// Adds a stream for `key_id` on `agent`, within the per-key and per-agent limits (429 beyond); a
+    /// legacy stream replaces any other stream of its session here. Refused while shutting down.
+    pub fn register(
+        self: &Arc<Self>,
+        agent: &Agent,
+        key_id: &str,
+        kind: Kind,
+        interest: Interest,
+    ) -> Result<Registration, McpError> {
+        if self.is_closing.load(Ordering::Acquire) {
+            return Err(McpError::ShuttingDown);
+        }
+        {
+            let mut count = self.per_key.entry(key_id.to_owned()).or_insert(0);
+            if *count >= self.max_per_key {
+                return Err(McpError::TooManyStreams { scope: "key", limit: self.max_per_key });
+            }
+            *count += 1;
+        }
+        let undo_key = || {
+            self.per_key.remove_if_mut(key_id, |_, count| {
+                *count = count.saturating_sub(1);
+                *count == 0
+            });
+        };
+        let shared = Arc::new(Shared {
+            cursor: AtomicI64::new(-1),
+            lagged: AtomicBool::new(false),
+            is_cancelled: AtomicBool::new(false),
+            interest: RwLock::new(interest),
+        });
+        // The queue holds shared frames (a pointer each); its capacity is how far a reader may fall behind.
+        let (sender, receiver) = mpsc::channel(self.queue_capacity);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let handle = Handle { key_id: key_id.to_owned(), kind, shared: shared.clone(), queue: sender };
+        let entry = loop {
+            let entry = self.entry(agent);
+            let mut inner = entry.lock();
+            if inner.is_dead {
+                drop(inner);
+                self.agents.remove_if(&agent.id, |_, current| Arc::ptr_eq(current, &entry));
+                continue;
+            }
+            if inner.streams.len() >= self.max_per_agent as usize {
+                drop(inner);
+                undo_key();
+                return Err(McpError::TooManyStreams { scope: "agent", limit: self.max_per_agent });
+            }
+            if let Kind::Legacy { session, .. } = &handle.kind {
+                inner.streams.retain(|_, h| !matches!(&h.kind, Kind::Legacy { session: s, .. } if s == session));
+            }
+            inner.streams.insert(id, handle);
+            drop(inner);
+            break entry;
+        };
+        // A shutdown that began meanwhile has closed every stream but this one: close it too.
+        if self.is_closing.load(Ordering::Acquire) {
+            entry.close_where(|_| true);
+        }
+        Ok(Registration { hub: self.clone(), entry, id, key_id: key_id.to_owned(), shared, queue: receiver })
+    }
+
+    /// The agent's entry, created (with its pump) when it has none or only one of an earlier epoch.
+    fn entry(&self, agent: &Agent) -> Arc<AgentStreams> {
+        if let Some(entry) = self.agents.get(&agent.id)
+            && entry.epoch == agent.epoch
+        {
+            return entry.clone();
+        }
+        let mut slot = self.agents.entry(agent.id.clone()).or_insert_with(|| self.start(agent));
+        if slot.epoch != agent.epoch {
+            slot.lock().is_dead = true;
+            slot.lock().streams.clear();
+            *slot = self.start(agent);
+        }
+        slot.clone()
+    }
+
+    /// A new entry and its pump. The pump holds only a weak reference and ends when the entry is dropped.
+    fn start(&self, agent: &Agent) -> Arc<AgentStreams> {
+        let (signal, wake) = watch::channel(Signal::default());
+        let entry = Arc::new(AgentStreams {
+            agent: agent.id.clone(),
+            epoch: agent.epoch,
+            inner: Mutex::new(Inner::default()),
+            signal,
+        });
+        tokio::spawn(fanout::pump(Arc::downgrade(&entry), wake, self.store.clone()));
+        entry
+    }
+
+    /// Open streams on this replica (for metrics and tests).
+    pub fn open_streams(&self) -> usize {
+        self.agents.iter().map(|entry| entry.lock().streams.len()).sum()
+    }
+
+    /// Shutdown: refuses new streams and closes every open one (legacy streams end, so their clients
+    /// resume elsewhere; modern ones end with their final result).
+    pub fn close(&self) {
+        self.is_closing.store(true, Ordering::Release);
+        for entry in self.agents.iter() {
+            entry.close_where(|_| true);
+        }
+    }
+
+    /// `notifications/cancelled` for a listen stream of `key_id` opened by request `listen_id`: closes it
+    /// when it is open on this replica (on HTTP, closing the stream is the cancellation that counts).
+    pub fn cancel(&self, agent: &AgentId, key_id: &str, listen_id: &Value) {
+        if let Some(entry) = self.agents.get(agent) {
+            entry.close_where(|h| {
+                let is_it = h.key_id == key_id && matches!(&h.kind, Kind::Modern { listen_id: id } if id == listen_id);
+                if is_it {
+                    h.shared.is_cancelled.store(true, Ordering::Release);
+                }
+                is_it
+            });
+        }
+    }
+
+    fn on_agent(&self, agent: &str, apply: impl FnOnce(&AgentStreams)) {
+        if let Some(entry) = AgentId::parse(agent).ok().and_then(|id| self.agents.get(&id).map(|e| e.clone())) {
+            apply(&entry);
+        }
+    }
+
+    fn on_session(&self, agent: &str, session: &str, apply: impl Fn(&Handle)) {
+        self.on_agent(agent, |entry| {
+            for handle in entry.lock().streams.values() {
+                if matches!(&handle.kind, Kind::Legacy { session: s, .. } if s.as_str() == session) {
+                    apply(handle);
+                }
+            }
+        });
+    }
+}
+
+impl BusHook for Hub {
+    fn apply(&self, message: &BusMessage) {
+        match message {
+            BusMessage::Change { agent, seq } => self.on_agent(agent, |entry| {
+                entry.signal.send_modify(|signal| signal.head = signal.head.max(*seq));
+            }),
+            BusMessage::Resync => {
+                for entry in self.agents.iter() {
+                    entry.signal.send_modify(|signal| signal.resyncs += 1);
+                }
+            }
+            BusMessage::AgentDeleted { agent } => self.on_agent(agent, |entry| entry.close_where(|_| true)),
+            BusMessage::KeyRevoked { key, .. } => {
+                for entry in self.agents.iter() {
+                    entry.close_where(|handle| &handle.key_id == key);
+                }
+            }
+            BusMessage::SessionEnded { agent, session } => self.on_agent(agent, |entry| {
+                entry.close_where(|h| matches!(&h.kind, Kind::Legacy { session: s, .. } if s.as_str() == session));
+            }),
+            BusMessage::StreamOpened { agent, session, stream } => self.on_agent(agent, |entry| {
+                entry.close_where(|h| {
+                    matches!(&h.kind, Kind::Legacy { session: s, stream: id } if s.as_str() == session && id != stream)
+                });
+            }),
+            BusMessage::Subscribed { agent, session, uri } => self.on_session(agent, session, |handle| {
+                handle.shared.set_uris(|interest| {
+                    interest.uris.insert(uri.clone());
+                });
+            }),
+            BusMessage::Unsubscribed { agent, session, uri } => self.on_session(agent, session, |handle| {
+                handle.shared.set_uris(|interest| {
+                    interest.uris.remove(uri);
+                });
+            }),
+            BusMessage::AgentChanged { .. } | BusMessage::Barrier { .. } => {}
+        }
+    }
+}

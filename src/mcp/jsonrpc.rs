@@ -1,0 +1,268 @@
+//! JSON-RPC 2.0 envelopes: parsing a POST body into messages (with our own errors) and writing responses.
+//!
+//! A request's `id` is kept as the exact JSON text the client sent (`1`, `1.0`, `"1"` stay what they were),
+//! so every answer carries it back unchanged; errors raised before an id could be read carry `null`.
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::error::McpError;
+
+/// A request id as the client wrote it: a JSON string or number.
+#[derive(Debug, Clone)]
+pub struct RequestId(Box<RawValue>);
+
+impl RequestId {
+    /// `Some` when `raw` is a string or a number: the only ids MCP allows (never `null`).
+    fn parse(raw: Box<RawValue>) -> Option<Self> {
+        let text = raw.get();
+        let is_valid = text.starts_with('"') || text.starts_with('-') || text.starts_with(|c: char| c.is_ascii_digit());
+        is_valid.then_some(Self(raw))
+    }
+
+    /// The id's JSON text.
+    pub fn as_raw(&self) -> &RawValue {
+        &self.0
+    }
+
+    /// The id as a JSON value (for tests and tags; answers use the raw text).
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+    }
+}
+
+/// One well-formed JSON-RPC message from the client.
+#[derive(Debug)]
+pub enum Message {
+    /// A call that wants an answer.
+    Request(Call),
+    /// A call without an id: never answered.
+    Notification(Call),
+    /// The client answering a server request (legacy only; hivegate sends none).
+    Response,
+}
+
+/// The method and params of a request or notification.
+#[derive(Debug)]
+pub struct Call {
+    pub id: Option<RequestId>,
+    pub method: String,
+    /// An object or an array; `null` counts as absent.
+    pub params: Option<Value>,
+}
+
+impl Call {
+    /// The params as an object, if they are one.
+    pub fn params_object(&self) -> Option<&Map<String, Value>> {
+        self.params.as_ref().and_then(Value::as_object)
+    }
+}
+
+impl Message {
+    pub fn id(&self) -> Option<&RequestId> {
+        match self {
+            Message::Request(call) | Message::Notification(call) => call.id.as_ref(),
+            Message::Response => None,
+        }
+    }
+
+    pub fn call(&self) -> Option<&Call> {
+        match self {
+            Message::Request(call) | Message::Notification(call) => Some(call),
+            Message::Response => None,
+        }
+    }
+}
+
+/// A message that is valid JSON but not a valid JSON-RPC message: -32600, with its id when readable.
+#[derive(Debug)]
+pub struct Malformed {
+    pub id: Option<RequestId>,
+    pub error: McpError,
+}
+
+/// A POST body: one message, or (2025-03-26 only) a batch.
+#[derive(Debug)]
+pub enum Body {
+    Single(Result<Message, Malformed>),
+    Batch(Vec<Result<Message, Malformed>>),
+}
+
+/// The members of a message object; every field is optional so that shape errors are ours to report.
+#[derive(Deserialize)]
+struct Envelope {
+    #[serde(default)]
+    jsonrpc: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Box<RawValue>>,
+    #[serde(default)]
+    method: Option<Value>,
+    #[serde(default)]
+    params: Option<Value>,
+    #[serde(default)]
+    result: Option<Value>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+/// Keeps a present `id` even when it is `null` (plain `Option` would fold `null` into absent).
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(deserializer).map(Some)
+}
+
+/// Parses a POST body. Invalid JSON is -32700 (HTTP 400); an empty batch or a body that is neither an object
+/// nor an array is -32600 (HTTP 400); each message's own shape errors are reported per message.
+pub fn parse(body: &[u8]) -> Result<Body, McpError> {
+    let raw: Box<RawValue> = serde_json::from_slice(body).map_err(|e| McpError::Parse(e.to_string()))?;
+    let text = raw.get();
+    if text.starts_with('[') {
+        let items: Vec<Box<RawValue>> =
+            serde_json::from_str(text).map_err(|e| McpError::InvalidRequest(e.to_string()))?;
+        if items.is_empty() {
+            return Err(McpError::InvalidRequest("an empty batch is not a request".to_owned()));
+        }
+        return Ok(Body::Batch(items.iter().map(|item| message(item)).collect()));
+    }
+    if text.starts_with('{') {
+        return Ok(Body::Single(message(&raw)));
+    }
+    Err(McpError::InvalidRequest("the body must be a JSON-RPC message object".to_owned()))
+}
+
+fn message(raw: &RawValue) -> Result<Message, Malformed> {
+    let malformed =
+        |id: Option<RequestId>, reason: &str| Malformed { id, error: McpError::InvalidRequest(reason.to_owned()) };
+    if !raw.get().starts_with('{') {
+        return Err(malformed(None, "a JSON-RPC message must be an object"));
+    }
+    let envelope: Envelope = serde_json::from_str(raw.get()).map_err(|e| malformed(None, &e.to_string()))?;
+    let id = envelope.id.clone().and_then(RequestId::parse);
+    if envelope.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
+        return Err(malformed(id, "\"jsonrpc\" must be \"2.0\""));
+    }
+    if envelope.id.is_some() && id.is_none() {
+        return Err(malformed(None, "\"id\" must be a string or a number"));
+    }
+    let Some(method) = envelope.method else {
+        if id.is_some() && (envelope.result.is_some() || envelope.error.is_some()) {
+            return Ok(Message::Response);
+        }
+        return Err(malformed(id, "\"method\" is required"));
+    };
+    let Value::String(method) = method else {
+        return Err(malformed(id, "\"method\" must be a string"));
+    };
+    let params = match envelope.params {
+        None | Some(Value::Null) => None,
+        Some(params @ (Value::Object(_) | Value::Array(_))) => Some(params),
+        Some(_) => return Err(malformed(id, "\"params\" must be an object")),
+    };
+    let call = Call { id, method, params };
+    Ok(if call.id.is_some() { Message::Request(call) } else { Message::Notification(call) })
+}
+
+#[derive(Serialize)]
+struct Success<'a> {
+    jsonrpc: &'static str,
+    id: &'a RawValue,
+    result: &'a RawValue,
+}
+
+#[derive(Serialize)]
+struct Failure<'a> {
+    jsonrpc: &'static str,
+    id: Option<&'a RawValue>,
+    error: ErrorObject<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorObject<'a> {
+    code: i32,
+    message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<&'a Value>,
+}
+
+/// `{"jsonrpc":"2.0","id":…,"result":…}`.
+pub fn success(id: &RequestId, result: &RawValue) -> Vec<u8> {
+    serde_json::to_vec(&Success { jsonrpc: "2.0", id: id.as_raw(), result }).unwrap_or_default()
+}
+
+/// `{"jsonrpc":"2.0","id":…|null,"error":{"code","message","data"?}}`.
+pub fn failure(id: Option<&RequestId>, error: &McpError) -> Vec<u8> {
+    let message = error.to_string();
+    let data = error.data();
+    let body = Failure {
+        jsonrpc: "2.0",
+        id: id.map(RequestId::as_raw),
+        error: ErrorObject { code: error.code(), message: &message, data: data.as_ref() },
+    };
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn single(body: &str) -> Result<Message, Malformed> {
+        match parse(body.as_bytes()).expect("parses") {
+            Body::Single(message) => message,
+            Body::Batch(_) => panic!("not a batch"),
+        }
+    }
+
+    #[test]
+    fn ids_are_kept_exactly() {
+        for id in ["1", "1.0", "-7", "\"abc\"", "12345678901234567890123"] {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+            let Ok(Message::Request(call)) = single(&body) else { panic!("request expected for {id}") };
+            let request_id = call.id.expect("id");
+            assert_eq!(request_id.as_raw().get(), id);
+            let empty = RawValue::from_string("{}".to_owned()).expect("raw");
+            let answer = String::from_utf8(success(&request_id, &empty)).expect("utf8");
+            assert_eq!(answer, format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#));
+        }
+    }
+
+    #[test]
+    fn shapes() {
+        assert!(matches!(
+            single(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            Ok(Message::Notification(_))
+        ));
+        assert!(matches!(single(r#"{"jsonrpc":"2.0","id":3,"result":{}}"#), Ok(Message::Response)));
+        let null_id = single(r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#).expect_err("null id");
+        assert!(null_id.id.is_none());
+        let no_method = single(r#"{"jsonrpc":"2.0","id":"x"}"#).expect_err("no method");
+        assert_eq!(no_method.id.expect("id kept").as_raw().get(), "\"x\"");
+        assert!(single(r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#).is_err());
+        assert!(single(r#"{"jsonrpc":"2.0","id":1,"method":7}"#).is_err());
+        assert!(single(r#"{"jsonrpc":"2.0","id":1,"method":"a","params":"x"}"#).is_err());
+        assert!(single(r#"{"jsonrpc":"2.0","id":{},"method":"a"}"#).is_err());
+        let Ok(Message::Request(call)) = single(r#"{"jsonrpc":"2.0","id":1,"method":"a","params":null}"#) else {
+            panic!("request")
+        };
+        assert!(call.params.is_none());
+    }
+
+    #[test]
+    fn body_level_errors() {
+        assert!(matches!(parse(b"{nope"), Err(McpError::Parse(_))));
+        assert!(matches!(parse(b"\xff"), Err(McpError::Parse(_))));
+        assert!(matches!(parse(b"[]"), Err(McpError::InvalidRequest(_))));
+        assert!(matches!(parse(b"42"), Err(McpError::InvalidRequest(_))));
+        let Ok(Body::Batch(items)) = parse(br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}, 5]"#) else {
+            panic!("batch")
+        };
+        assert!(items[0].is_ok() && items[1].is_err());
+    }
+
+    #[test]
+    fn failures_carry_null_or_the_id() {
+        let body = String::from_utf8(failure(None, &McpError::Parse("x".into()))).expect("utf8");
+        let value: Value = serde_json::from_str(&body).expect("json");
+        assert_eq!(value["id"], Value::Null);
+        assert_eq!(value["error"]["code"], -32700);
+    }
+}

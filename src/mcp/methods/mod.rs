@@ -1,0 +1,47 @@
+//! One type per JSON-RPC method: `parse` the params into it (bad params are -32602), `apply` it against a
+//! [`Context`], get a typed result. [`run`] serialises the result once.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::dispatch::Context;
+use super::error::McpError;
+
+/// `completion/complete`.
+pub mod completion;
+/// `server/discover`, `initialize`, `ping`, `logging/setLevel`.
+pub mod lifecycle;
+/// `prompts/list`, `prompts/get`.
+pub mod prompts;
+/// `resources/read`: stored contents, directory reads, template reads.
+pub mod read;
+/// `resources/list`, `resources/templates/list` and the shapes of listed records.
+pub mod resources;
+/// `resources/subscribe`, `resources/unsubscribe`: a legacy session's subscriptions.
+pub mod subscribe;
+
+/// A JSON-RPC method: parsed from its params, applied against the request's context.
+pub(crate) trait McpMethod: Sized {
+    type Output: Serialize;
+
+    fn parse(params: Option<Value>) -> Result<Self, McpError>;
+
+    async fn apply(self, ctx: &Context<'_>) -> Result<Self::Output, McpError>;
+}
+
+/// Parses, applies and serialises one method call.
+pub(crate) async fn run<M: McpMethod>(ctx: &Context<'_>, params: Option<Value>) -> Result<Box<RawValue>, McpError> {
+    let output = M::parse(params)?.apply(ctx).await?;
+    serde_json::value::to_raw_value(&output).map_err(|error| {
+        tracing::error!(%error, "could not serialise a result");
+        McpError::Internal
+    })
+}
+
+/// Deserialises params (absent params are `{}`) into `T`; a mismatch is -32602 naming the problem.
+pub(crate) fn params<T: DeserializeOwned>(params: Option<Value>) -> Result<T, McpError> {
+    let params = params.unwrap_or_else(|| Value::Object(Map::new()));
+    serde_json::from_value(params).map_err(|error| McpError::InvalidParams(error.to_string()))
+}

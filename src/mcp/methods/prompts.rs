@@ -1,0 +1,173 @@
+//! `prompts/list` (never showing an argument's `completions`) and `prompts/get` (messages rendered with the
+//! arguments in the sandboxed MiniJinja environment).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::resources::{PAGE_SIZE, Page, cursor, list};
+use super::{McpMethod, params};
+use crate::domain::PromptName;
+use crate::domain::model::{Prompt, Role};
+use crate::domain::prompt::render_messages;
+use crate::mcp::dispatch::Context;
+use crate::mcp::error::McpError;
+use crate::mcp::types::{
+    ContentBlock, GetPromptRequestParams, GetPromptResult, McpPrompt, McpPromptArgument, McpPromptMessage, McpRole,
+};
+use crate::registry::cache::{Key, Loaded};
+use crate::registry::cursor::ListKind;
+
+/// `prompts/list`: prompts in name order.
+pub struct ListPrompts {
+    cursor: Option<String>,
+}
+
+impl McpMethod for ListPrompts {
+    type Output = Box<RawValue>;
+
+    fn parse(raw: Option<Value>) -> Result<Self, McpError> {
+        Ok(Self { cursor: cursor(raw)? })
+    }
+
+    async fn apply(self, ctx: &Context<'_>) -> Result<Box<RawValue>, McpError> {
+        let store = ctx.registry().store().clone();
+        let agent = ctx.agent.id.clone();
+        list(ctx, ListKind::Prompts, "prompts", self.cursor, |after| async move {
+            let rows = store.list_prompts(&agent, after.as_deref(), PAGE_SIZE + 1).await?;
+            Page::from_items(rows.iter().map(mcp_prompt).collect(), |p: &McpPrompt| p.name.clone())
+        })
+        .await
+    }
+}
+
+/// A stored prompt as MCP lists it: the arguments without their admin-only `completions`.
+fn mcp_prompt(prompt: &Prompt) -> McpPrompt {
+    let arguments: Vec<McpPromptArgument> = prompt
+        .arguments
+        .iter()
+        .map(|argument| {
+            let mut listed = McpPromptArgument::new(argument.name.clone());
+            listed.title = argument.title.clone();
+            listed.description = argument.description.clone();
+            listed.required = argument.required;
+            listed
+        })
+        .collect();
+    let arguments = (!arguments.is_empty()).then_some(arguments);
+    let mut listed = McpPrompt::new(prompt.name.as_str(), prompt.description.clone(), arguments);
+    listed.title = prompt.title.clone();
+    listed
+}
+
+/// The stored prompt called `name`, through the cache; `None` when there is none (or the name is invalid).
+pub(crate) async fn find_prompt(ctx: &Context<'_>, name: &str) -> Result<Option<Arc<Prompt>>, McpError> {
+    let Ok(parsed) = PromptName::parse(name) else {
+        return Ok(None);
+    };
+    let store = ctx.registry().store().clone();
+    let agent = ctx.agent.id.clone();
+    let found = ctx
+        .registry()
+        .get_or_load(&ctx.agent.id, Key::Prompt(name.to_owned()), || async move {
+            let prompt = store.get_prompt(&agent, &parsed).await?;
+            let bytes =
+                prompt.as_ref().map_or(64, |p| serde_json::to_string(&p.messages).map_or(4096, |s| s.len() + 512));
+            Ok(Loaded { value: prompt.map(Arc::new), bytes: Some(bytes) })
+        })
+        .await?;
+    Ok(found.as_ref().clone())
+}
+
+/// `prompts/get`.
+pub struct GetPrompt {
+    name: String,
+    arguments: BTreeMap<String, String>,
+}
+
+impl McpMethod for GetPrompt {
+    type Output = GetPromptResult;
+
+    fn parse(raw: Option<Value>) -> Result<Self, McpError> {
+        let parsed: GetPromptRequestParams = params(raw)?;
+        let mut arguments = BTreeMap::new();
+        for (name, value) in parsed.arguments.unwrap_or_default() {
+            let Value::String(value) = value else {
+                return Err(McpError::InvalidParams(format!("argument {name:?} must be a string")));
+            };
+            arguments.insert(name, value);
+        }
+        Ok(Self { name: parsed.name, arguments })
+    }
+
+    async fn apply(self, ctx: &Context<'_>) -> Result<GetPromptResult, McpError> {
+        let prompt = find_prompt(ctx, &self.name)
+            .await?
+            .ok_or_else(|| McpError::InvalidParams(format!("unknown prompt {:?}", self.name)))?;
+        if let Some(undeclared) = self.arguments.keys().find(|name| !prompt.arguments.iter().any(|a| &a.name == *name))
+        {
+            return Err(McpError::InvalidParams(format!(
+                "argument {undeclared:?} is not declared by prompt {:?}",
+                self.name
+            )));
+        }
+        if let Some(missing) = prompt
+            .arguments
+            .iter()
+            .find(|argument| argument.required == Some(true) && !self.arguments.contains_key(&argument.name))
+        {
+            return Err(McpError::InvalidParams(format!("missing required argument {:?}", missing.name)));
+        }
+        let rendered = render_messages(&prompt.messages, &self.arguments).map_err(McpError::InvalidParams)?;
+        let mut messages = Vec::with_capacity(rendered.len());
+        for message in rendered {
+            let content: ContentBlock = serde_json::from_value(message.content).map_err(|error| {
+                tracing::error!(prompt = %prompt.name, %error, "stored content block does not parse");
+                McpError::Internal
+            })?;
+            let role = match message.role {
+                Role::User => McpRole::User,
+                Role::Assistant => McpRole::Assistant,
+            };
+            messages.push(McpPromptMessage::new(role, content));
+        }
+        let mut result = GetPromptResult::new(messages);
+        result.description = prompt.description.clone();
+        result.result_type = ctx.result_type();
+        result.meta = ctx.result_meta();
+        Ok(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::model::PromptArgument;
+    use crate::domain::time::Timestamp;
+
+    #[test]
+    fn listed_prompts_hide_completions() {
+        let prompt = Prompt {
+            name: PromptName::parse("research").expect("name"),
+            title: Some("Research".into()),
+            description: None,
+            arguments: vec![PromptArgument {
+                name: "topic".into(),
+                title: None,
+                description: None,
+                required: Some(true),
+                completions: Some(vec!["bees".into()]),
+            }],
+            messages: vec![],
+            created_at: Timestamp::now(),
+            updated_at: Timestamp::now(),
+        };
+        let listed = serde_json::to_value(mcp_prompt(&prompt)).expect("json");
+        assert_eq!(
+            listed,
+            serde_json::json!({"name": "research", "title": "Research", "arguments": [{"name": "topic", "required": true}]})
+        );
+    }
+}

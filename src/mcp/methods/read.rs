@@ -1,0 +1,167 @@
+//! `resources/read`, in the contract's order: a stored resource with the exact URI wins (an
+//! `inode/directory` one reads as itself followed by its direct children); otherwise the best template
+//! with a `text` whose expansion matches renders it; otherwise the era's "resource not found".
+
+use std::sync::Arc;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::Value;
+
+use super::{McpMethod, params};
+use crate::domain::model::{Content, Resource, ResourceTemplate};
+use crate::domain::{ResourceUri, UriTemplate, render};
+use crate::mcp::dispatch::Context;
+use crate::mcp::error::McpError;
+use crate::mcp::types::{ReadResourceRequestParams, ReadResourceResult, ResourceContents};
+use crate::mcp::uri_match::match_uri;
+use crate::registry::cache::{Key, Loaded};
+
+/// The MIME type that marks a directory resource.
+pub const DIRECTORY_MIME: &str = "inode/directory";
+/// A directory read returns at most this many contents (itself included) …
+pub const DIRECTORY_MAX_CONTENTS: usize = 100;
+/// … and at most this many content bytes in all.
+pub const DIRECTORY_MAX_BYTES: u64 = 4 * 1024 * 1024;
+/// Templates considered for template reads (an agent with more has the rest ignored).
+const MAX_TEMPLATES: u32 = 1000;
+
+/// A stored resource with its content (as cached).
+pub type Stored = Option<(Resource, Content)>;
+
+pub struct ReadResource {
+    uri: String,
+}
+
+impl McpMethod for ReadResource {
+    type Output = ReadResourceResult;
+
+    fn parse(raw: Option<Value>) -> Result<Self, McpError> {
+        let parsed: ReadResourceRequestParams = params(raw)?;
+        Ok(Self { uri: parsed.uri })
+    }
+
+    async fn apply(self, ctx: &Context<'_>) -> Result<ReadResourceResult, McpError> {
+        // A URI that cannot be stored cannot be found: answered without touching the store or the cache
+        // (which would otherwise hold an arbitrarily long "absent" key).
+        if ResourceUri::parse(&self.uri).is_err() {
+            return Err(ctx.not_found(&self.uri));
+        }
+        let contents = match stored(ctx, &self.uri).await?.as_ref() {
+            Some((resource, content)) if resource.mime_type.as_deref() == Some(DIRECTORY_MIME) => {
+                directory(ctx, resource, content).await?
+            }
+            Some((resource, content)) => vec![contents_of(resource, content)],
+            None => vec![from_template(ctx, &self.uri).await?],
+        };
+        let mut result = ReadResourceResult::new(contents);
+        result.result_type = ctx.result_type();
+        if let Some(hints) = ctx.cache_hints() {
+            result = result.with_ttl_ms(hints.ttl_ms).with_cache_scope(hints.scope);
+        }
+        result.meta = ctx.result_meta();
+        Ok(result)
+    }
+}
+
+/// The stored resource at `uri` (or its absence), through the cache when small.
+async fn stored(ctx: &Context<'_>, uri: &str) -> Result<Arc<Stored>, McpError> {
+    let store = ctx.registry().store().clone();
+    let agent = ctx.agent.id.clone();
+    let max = ctx.registry().max_content_bytes() as u64;
+    let owned = uri.to_owned();
+    let loaded = ctx
+        .registry()
+        .get_or_load(&ctx.agent.id, Key::Content(uri.to_owned()), || async move {
+            let found = store.get_resource(&agent, &owned).await?;
+            let bytes = match &found {
+                Some((_, content)) if content.size() > max => None,
+                Some((resource, content)) => Some(content.size() as usize + resource.uri.as_str().len() * 2),
+                None => Some(owned.len()),
+            };
+            Ok(Loaded { value: found, bytes })
+        })
+        .await?;
+    Ok(loaded)
+}
+
+/// One content item: text as is, bytes as base64; the resource's own `mimeType`.
+fn contents_of(resource: &Resource, content: &Content) -> ResourceContents {
+    let uri = resource.uri.as_str().to_owned();
+    let mime_type = resource.mime_type.clone();
+    match content {
+        Content::Text(text) => {
+            ResourceContents::TextResourceContents { uri, mime_type, text: text.clone(), meta: None }
+        }
+        Content::Blob(bytes) => {
+            ResourceContents::BlobResourceContents { uri, mime_type, blob: STANDARD.encode(bytes), meta: None }
+        }
+    }
+}
+
+/// The directory itself, then the resources directly below it in URI order, within the count and byte caps.
+/// Children are chosen from their metadata (sizes) first; only the chosen ones' contents are loaded.
+async fn directory(ctx: &Context<'_>, dir: &Resource, content: &Content) -> Result<Vec<ResourceContents>, McpError> {
+    let uri = dir.uri.as_str();
+    let prefix = if uri.ends_with('/') { uri.to_owned() } else { format!("{uri}/") };
+    let mut contents = vec![contents_of(dir, content)];
+    let mut total = content.size();
+    let limit = (DIRECTORY_MAX_CONTENTS - 1) as u32;
+    let children = ctx.registry().store().directory_children(&ctx.agent.id, &prefix, limit).await?;
+    for child in &children {
+        if contents.len() >= DIRECTORY_MAX_CONTENTS || total + child.size > DIRECTORY_MAX_BYTES {
+            break;
+        }
+        // Read through the content cache; a child deleted meanwhile is simply left out.
+        if let Some((resource, child_content)) = stored(ctx, child.uri.as_str()).await?.as_ref() {
+            total += child_content.size();
+            contents.push(contents_of(resource, child_content));
+        }
+    }
+    Ok(contents)
+}
+
+/// The agent's templates that can serve reads: with a `text` and a matchable template.
+async fn readable_templates(ctx: &Context<'_>) -> Result<Arc<Vec<(UriTemplate, ResourceTemplate)>>, McpError> {
+    let store = ctx.registry().store().clone();
+    let agent = ctx.agent.id.clone();
+    let templates = ctx
+        .registry()
+        .get_or_load(&ctx.agent.id, Key::Templates, || async move {
+            let rows = store.list_templates(&agent, None, MAX_TEMPLATES).await?;
+            let readable: Vec<(UriTemplate, ResourceTemplate)> = rows
+                .into_iter()
+                .filter(|row| row.text.is_some())
+                .filter_map(|row| UriTemplate::parse(&row.uri_template).ok().map(|parsed| (parsed, row)))
+                .filter(|(parsed, _)| parsed.is_matchable())
+                .collect();
+            let bytes = readable
+                .iter()
+                .map(|(_, row)| row.uri_template.len() * 2 + row.text.as_ref().map_or(0, String::len))
+                .sum();
+            Ok(Loaded { value: readable, bytes: Some(bytes) })
+        })
+        .await?;
+    Ok(templates)
+}
+
+/// Renders the best matching template's `text` for `uri`: most literal characters, ties by name.
+async fn from_template(ctx: &Context<'_>, uri: &str) -> Result<ResourceContents, McpError> {
+    let templates = readable_templates(ctx).await?;
+    let best = templates
+        .iter()
+        .filter_map(|(parsed, row)| match_uri(parsed, uri).map(|variables| (parsed, row, variables)))
+        .min_by(|(a, a_row, _), (b, b_row, _)| {
+            b.literal_len().cmp(&a.literal_len()).then_with(|| a_row.name.cmp(&b_row.name))
+        });
+    let Some((_, template, variables)) = best else {
+        return Err(ctx.not_found(uri));
+    };
+    let source = template.text.as_deref().unwrap_or_default();
+    let text = render::render(source, &variables).map_err(|error| {
+        tracing::warn!(template = %template.uri_template, %error, "template text failed to render");
+        McpError::Internal
+    })?;
+    let mime_type = Some(template.mime_type.clone().unwrap_or_else(|| "text/plain".to_owned()));
+    Ok(ResourceContents::TextResourceContents { uri: uri.to_owned(), mime_type, text, meta: None })
+}

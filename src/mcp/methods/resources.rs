@@ -1,0 +1,220 @@
+//! `resources/list` and `resources/templates/list`, the list machinery `prompts/list` shares (cursors, pages
+//! of 100 from the registry cache), and the MCP shapes of stored records.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::{McpMethod, params};
+use crate::domain::model::{Resource, ResourceTemplate};
+use crate::domain::time::Timestamp;
+use crate::mcp::dispatch::Context;
+use crate::mcp::error::McpError;
+use crate::mcp::types::{
+    Annotations, ListResult, McpResource, McpResourceTemplate, MetaObject, PaginatedRequestParams,
+};
+use crate::registry::cache::{Key, Loaded};
+use crate::registry::cursor::ListKind;
+use crate::store::{StoreError, StoreResult};
+
+/// Items per MCP list page (the contract's wire decision).
+pub const PAGE_SIZE: u32 = 100;
+
+/// A page of a list as the registry cache keeps it: the items already serialised as a JSON array.
+pub struct Page {
+    pub items: Box<RawValue>,
+    /// The sort key of the page's last item when another page follows.
+    pub last: Option<String>,
+}
+
+impl Page {
+    /// A page from up to `PAGE_SIZE + 1` items (one more than a page shows, to learn whether more follow).
+    pub fn from_items<T: Serialize>(mut items: Vec<T>, sort_key: impl Fn(&T) -> String) -> StoreResult<Self> {
+        let last = if items.len() > PAGE_SIZE as usize {
+            items.truncate(PAGE_SIZE as usize);
+            items.last().map(sort_key)
+        } else {
+            None
+        };
+        let items = serde_json::value::to_raw_value(&items).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        Ok(Self { items, last })
+    }
+
+    fn bytes(&self) -> usize {
+        self.items.get().len() + self.last.as_ref().map_or(0, String::len)
+    }
+}
+
+/// Answers a list request: decodes the cursor (invalid → -32602), serves the page from the cache (loading
+/// it once), and wraps it in the era's result shape under `key`.
+pub(crate) async fn list<F, Fut>(
+    ctx: &Context<'_>,
+    kind: ListKind,
+    key: &'static str,
+    cursor: Option<String>,
+    load: F,
+) -> Result<Box<RawValue>, McpError>
+where
+    F: FnOnce(Option<String>) -> Fut,
+    Fut: Future<Output = StoreResult<Page>>,
+{
+    let agent = ctx.agent.id.as_str();
+    let after = match cursor {
+        Some(cursor) => ctx
+            .state
+            .cursors
+            .decode(kind, agent, &cursor)
+            .map_err(|_| McpError::InvalidParams("invalid cursor".to_owned()))?,
+        None => None,
+    };
+    let cache_key = Key::Page(key, after.clone());
+    let page: Arc<Page> = ctx
+        .registry()
+        .get_or_load(&ctx.agent.id, cache_key, || async move {
+            let page = load(after).await?;
+            let bytes = page.bytes();
+            Ok(Loaded { value: page, bytes: Some(bytes) })
+        })
+        .await?;
+    let result = ListResult {
+        key,
+        items: &page.items,
+        next_cursor: page.last.as_deref().map(|last| ctx.state.cursors.encode(kind, agent, last)),
+        result_type: ctx.result_type(),
+        cache: ctx.cache_hints(),
+        meta: ctx.result_meta(),
+    };
+    serde_json::value::to_raw_value(&result).map_err(|_| McpError::Internal)
+}
+
+/// The cursor of a list request (`_meta` and unknown fields are ignored).
+pub(crate) fn cursor(raw: Option<Value>) -> Result<Option<String>, McpError> {
+    let parsed: PaginatedRequestParams = params(raw)?;
+    Ok(parsed.cursor)
+}
+
+/// `resources/list`: stored resources in URI order, without content.
+pub struct ListResources {
+    cursor: Option<String>,
+}
+
+impl McpMethod for ListResources {
+    type Output = Box<RawValue>;
+
+    fn parse(raw: Option<Value>) -> Result<Self, McpError> {
+        Ok(Self { cursor: cursor(raw)? })
+    }
+
+    async fn apply(self, ctx: &Context<'_>) -> Result<Box<RawValue>, McpError> {
+        let store = ctx.registry().store().clone();
+        let agent = ctx.agent.id.clone();
+        list(ctx, ListKind::Resources, "resources", self.cursor, |after| async move {
+            let rows = store.list_resources(&agent, after.as_deref(), PAGE_SIZE + 1).await?;
+            Page::from_items(rows.iter().map(mcp_resource).collect(), |r: &McpResource| r.uri.clone())
+        })
+        .await
+    }
+}
+
+/// `resources/templates/list`: templates in `uriTemplate` order (their `text` is never shown).
+pub struct ListTemplates {
+    cursor: Option<String>,
+}
+
+impl McpMethod for ListTemplates {
+    type Output = Box<RawValue>;
+
+    fn parse(raw: Option<Value>) -> Result<Self, McpError> {
+        Ok(Self { cursor: cursor(raw)? })
+    }
+
+    async fn apply(self, ctx: &Context<'_>) -> Result<Box<RawValue>, McpError> {
+        let store = ctx.registry().store().clone();
+        let agent = ctx.agent.id.clone();
+        list(ctx, ListKind::Templates, "resourceTemplates", self.cursor, |after| async move {
+            let rows = store.list_templates(&agent, after.as_deref(), PAGE_SIZE + 1).await?;
+            Page::from_items(rows.iter().map(mcp_template).collect(), |t: &McpResourceTemplate| t.uri_template.clone())
+        })
+        .await
+    }
+}
+
+/// A stored resource as MCP lists it: `size` included, `lastModified` filled from the last change.
+pub fn mcp_resource(resource: &Resource) -> McpResource {
+    let mut listed = McpResource::new(resource.uri.as_str(), resource.name.clone());
+    listed.title = resource.title.clone();
+    listed.description = resource.description.clone();
+    listed.mime_type = resource.mime_type.clone();
+    listed.size = Some(resource.size);
+    listed.annotations =
+        Some(annotations(resource.annotations.as_ref(), Some(resource.updated_at)).unwrap_or_default());
+    listed.meta = meta_object(resource.meta.as_ref());
+    listed
+}
+
+/// A stored template as MCP lists it.
+pub fn mcp_template(template: &ResourceTemplate) -> McpResourceTemplate {
+    let mut listed = McpResourceTemplate::new(template.uri_template.clone(), template.name.clone());
+    listed.title = template.title.clone();
+    listed.description = template.description.clone();
+    listed.mime_type = template.mime_type.clone();
+    listed.annotations = annotations(template.annotations.as_ref(), None);
+    listed
+}
+
+/// Annotations as the agent gave them (the admin API validated them), with `lastModified` filled in when
+/// `last_modified` is given and the agent set none.
+fn annotations(given: Option<&Value>, last_modified: Option<Timestamp>) -> Option<Annotations> {
+    let mut annotations = match given.map(|value| serde_json::from_value::<Annotations>(value.clone())) {
+        Some(Ok(annotations)) => Some(annotations),
+        Some(Err(error)) => {
+            tracing::warn!(%error, "stored annotations do not parse; leaving them out");
+            None
+        }
+        None => None,
+    };
+    if let Some(at) = last_modified {
+        let filled = annotations.get_or_insert_with(Annotations::default);
+        if filled.last_modified.is_none() {
+            filled.last_modified = Some(at.to_rfc3339());
+        }
+    }
+    annotations
+}
+
+/// A stored `_meta` object.
+pub fn meta_object(meta: Option<&Value>) -> Option<MetaObject> {
+    meta.and_then(Value::as_object).map(|map| MetaObject(map.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn annotations_are_kept_and_filled() {
+        let at = Timestamp::parse_rfc3339("2026-01-02T03:04:05Z").expect("time");
+        let given = json!({"audience": ["user"], "priority": 0.8});
+        let filled = serde_json::to_string(&annotations(Some(&given), Some(at))).expect("json");
+        assert_eq!(filled, r#"{"audience":["user"],"priority":0.8,"lastModified":"2026-01-02T03:04:05.000Z"}"#);
+        let own = json!({"lastModified": "2025-01-12T15:00:58Z"});
+        let kept = annotations(Some(&own), Some(at)).expect("annotations");
+        assert_eq!(kept.last_modified.as_deref(), Some("2025-01-12T15:00:58Z"));
+        assert!(annotations(None, None).is_none());
+    }
+
+    #[test]
+    fn pages_know_whether_more_follow() {
+        let full: Vec<u32> = (0..=PAGE_SIZE).collect();
+        let page = Page::from_items(full, |n| n.to_string()).expect("page");
+        assert_eq!(page.last.as_deref(), Some("99"));
+        let short = Page::from_items(vec![1, 2], |n: &i32| n.to_string()).expect("page");
+        assert!(short.last.is_none());
+        assert_eq!(short.items.get(), "[1,2]");
+    }
+}

@@ -1,0 +1,323 @@
+//! The axum handlers of `/{agent_id}/mcp` (Streamable HTTP), with the checks in the contract's order:
+//! `Host`/`Origin` (403) → key present and valid (401) → agent exists (404) → key of that agent with scope
+//! `mcp` (403) → rate limit (429, hook) → body size (413) → JSON (400/-32700) → JSON-RPC shape (400/-32600)
+//! → era checks ([`super::era`]) → session (legacy, [`super::session`]) → method ([`super::dispatch`]).
+//!
+//! A legacy `initialize` that succeeds issues a session (`Mcp-Session-Id`); a modern
+//! `subscriptions/listen` is answered with a stream ([`super::listen`]). `GET` and `DELETE` are in
+//! [`super::standalone`].
+//!
+//! Unauthenticated callers never learn whether an agent exists, and every error raised before the body is
+//! parsed carries `id: null`.
+
+use std::sync::Arc;
+
+use axum::body::Body as HttpBody;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::dispatch::{self, Context, Method};
+use super::era::{self, Era};
+use super::error::McpError;
+use super::headers::{ReplyFormat, reply_format};
+use super::jsonrpc::{self, Body, Malformed, Message, RequestId};
+use super::origin;
+use super::sse;
+use super::standalone::accepts_event_stream;
+use super::types::header as header_name;
+use crate::domain::model::{Agent, KeyRecord};
+use crate::domain::session::Session;
+use crate::domain::{AgentId, Scope};
+use crate::http::auth::{KeyCache, KeyError, is_key_of};
+use crate::state::AppState;
+
+/// Requests one batch may hold; a larger batch is -32600 (a batch is answered in one response).
+const MAX_BATCH: usize = 100;
+
+/// A request that passed the gate: the agent it is for, and the key it came with (never logged).
+pub(super) struct Admitted {
+    pub agent: Arc<Agent>,
+    pub key: KeyRecord,
+}
+
+/// `POST /{agent_id}/mcp`: one JSON-RPC message, or a batch where 2025-03-26 allows it.
+pub async fn post(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let admitted = match admit(&state, path, &parts.headers, &parts.uri).await {
+        Ok(admitted) => admitted,
+        Err(error) => return error.into_http(None),
+    };
+    let bytes = match read_body(body, &parts.headers, state.config.limits.max_body_bytes).await {
+        Ok(bytes) => bytes,
+        Err(error) => return error.into_http(None),
+    };
+    match jsonrpc::parse(&bytes) {
+        Ok(Body::Single(message)) => single(&state, admitted, &parts.headers, message).await,
+        Ok(Body::Batch(messages)) => batch(&state, admitted, &parts.headers, messages).await,
+        Err(error) => error.into_http(None),
+    }
+}
+
+/// The checks before the body is read.
+pub(super) async fn admit(
+    state: &AppState,
+    path: Result<Path<String>, PathRejection>,
+    headers: &HeaderMap,
+    uri: &Uri,
+) -> Result<Admitted, McpError> {
+    origin::check(headers, uri, &state.config.mcp)?;
+    let key = state.keys.authenticate(KeyCache::presented(headers)).await.map_err(|error| match error {
+        KeyError::Unauthenticated => McpError::Unauthenticated,
+        KeyError::Store(error) => {
+            tracing::warn!(%error, "key lookup failed");
+            McpError::Unavailable
+        }
+    })?;
+    let agent_id = path.ok().and_then(|Path(id)| AgentId::parse(&id).ok()).ok_or(McpError::UnknownAgent)?;
+    let agent = match state.registry.agent(&agent_id).await {
+        Ok(Some(agent)) => agent,
+        Ok(None) => return Err(McpError::UnknownAgent),
+        Err(error) => {
+            tracing::warn!(%error, "agent lookup failed");
+            return Err(McpError::Unavailable);
+        }
+    };
+    if !is_key_of(&key, &agent.id) {
+        return Err(McpError::Forbidden("the key belongs to another agent"));
+    }
+    if !key.has_scope(Scope::Mcp) {
+        return Err(McpError::Forbidden("the key does not have scope mcp"));
+    }
+    rate_limit(state, &key, &agent)?;
+    Ok(Admitted { agent, key })
+}
+
+/// Hook for the rate-limit issue: the agent's `rateLimit` for all its keys together plus a per-key limit,
+/// one token per HTTP request; refusal is `McpError::RateLimited` (429 + `Retry-After`, -31429).
+fn rate_limit(_state: &AppState, _key: &KeyRecord, _agent: &Agent) -> Result<(), McpError> {
+    Ok(())
+}
+
+/// Reads the body, refusing it with 413 as soon as it is known to exceed `limit`.
+async fn read_body(body: HttpBody, headers: &HeaderMap, limit: usize) -> Result<Vec<u8>, McpError> {
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(McpError::BodyTooLarge { limit });
+    }
+    let mut bytes = Vec::with_capacity(declared.map_or(0, |length| length as usize));
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|error| McpError::InvalidRequest(format!("could not read the body: {error}")))?;
+        if bytes.len() + chunk.len() > limit {
+            return Err(McpError::BodyTooLarge { limit });
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+async fn single(
+    state: &AppState,
+    admitted: Admitted,
+    headers: &HeaderMap,
+    message: Result<Message, Malformed>,
+) -> Response {
+    let message = match message {
+        Ok(message) => message,
+        Err(Malformed { id, error }) => return error.into_http(id.as_ref()),
+    };
+    let era = match era::detect(headers, &message) {
+        Ok(era) => era,
+        Err(error) => return error.into_http(message.id()),
+    };
+    let (era, session) = match legacy_session(state, &admitted, headers, era).await {
+        Ok(checked) => checked,
+        Err(error) => return error.into_http(message.id()),
+    };
+    let ctx = Context { state, agent: admitted.agent.clone(), key: &admitted.key, session, era };
+    let call = match message {
+        Message::Response => return accepted(),
+        Message::Notification(call) => {
+            dispatch::notify(&ctx, &call);
+            return accepted();
+        }
+        Message::Request(call) => call,
+    };
+    let Some(id) = call.id.as_ref() else {
+        return McpError::InvalidRequest("a request needs an id".to_owned()).into_http(None);
+    };
+    let method = Method::lookup(&call.method, era, false);
+    if method == Some(Method::Listen) {
+        return listen(state, &admitted, headers, id, call.params).await;
+    }
+    let format = match reply_format(headers) {
+        Ok(format) => format,
+        Err(error) => return error.into_http(Some(id)),
+    };
+    match dispatch::call(&ctx, &call).await {
+        Ok(result) if method == Some(Method::Initialize) => {
+            let mut response = reply(format, jsonrpc::success(id, &result));
+            match issue_session(state, &admitted, &result).await {
+                Ok(session_id) => {
+                    response.headers_mut().insert(HeaderName::from_static(header_name::SESSION_ID), session_id);
+                    response
+                }
+                Err(error) => error.into_http(Some(id)),
+            }
+        }
+        Ok(result) => reply(format, jsonrpc::success(id, &result)),
+        Err(error) if error.status() == StatusCode::OK => reply(format, jsonrpc::failure(Some(id), &error)),
+        Err(error) => error.into_http(Some(id)),
+    }
+}
+
+/// The legacy session named by `Mcp-Session-Id`, checked (404/-31410 when it cannot be used); without a
+/// protocol header, the session's negotiated version is the request's. The modern wire has no sessions
+/// and ignores the header.
+async fn legacy_session(
+    state: &AppState,
+    admitted: &Admitted,
+    headers: &HeaderMap,
+    era: Era,
+) -> Result<(Era, Option<Arc<Session>>), McpError> {
+    if era.is_modern() {
+        return Ok((era, None));
+    }
+    let session = state.sessions.resolve(headers, &admitted.agent.id, &admitted.key).await?;
+    let era = match &session {
+        Some(session) if !headers.contains_key(header_name::PROTOCOL_VERSION) => {
+            era::of_session(&session.protocol_version).unwrap_or(era)
+        }
+        _ => era,
+    };
+    Ok((era, session))
+}
+
+/// Stores a session for a successful `initialize`, at the version its result negotiated; the value of the
+/// `Mcp-Session-Id` response header.
+async fn issue_session(state: &AppState, admitted: &Admitted, result: &RawValue) -> Result<HeaderValue, McpError> {
+    let negotiated: Value = serde_json::from_str(result.get()).map_err(|_| McpError::Internal)?;
+    let version = negotiated["protocolVersion"].as_str().ok_or(McpError::Internal)?;
+    let token = state.sessions.create(&admitted.agent.id, &admitted.key, version).await?;
+    HeaderValue::from_str(token.expose()).map_err(|_| McpError::Internal)
+}
+
+/// `subscriptions/listen`: a stream when the client accepts one (406 otherwise); errors the method raises
+/// on valid JSON-RPC (bad filter) answer HTTP 200 as JSON.
+async fn listen(
+    state: &AppState,
+    admitted: &Admitted,
+    headers: &HeaderMap,
+    id: &RequestId,
+    params: Option<Value>,
+) -> Response {
+    if !accepts_event_stream(headers) {
+        return McpError::NotAcceptable.into_http(Some(id));
+    }
+    match super::listen::open(state, admitted, id, params).await {
+        Ok(body) => (StatusCode::OK, sse::headers(), body).into_response(),
+        Err(error) if error.status() == StatusCode::OK => reply(ReplyFormat::Json, jsonrpc::failure(Some(id), &error)),
+        Err(error) => error.into_http(Some(id)),
+    }
+}
+
+/// A 2025-03-26 batch: every request answered in one JSON array, in order; notifications and responses
+/// get no entry; a batch of only those is 202.
+async fn batch(
+    state: &AppState,
+    admitted: Admitted,
+    headers: &HeaderMap,
+    messages: Vec<Result<Message, Malformed>>,
+) -> Response {
+    if messages.len() > MAX_BATCH {
+        return McpError::InvalidRequest(format!("a batch holds at most {MAX_BATCH} messages")).into_http(None);
+    }
+    let era = match era::detect_batch(headers, &messages) {
+        Ok(era) => era,
+        Err(error) => return error.into_http(None),
+    };
+    let format = match reply_format(headers) {
+        Ok(format) => format,
+        Err(error) => return error.into_http(None),
+    };
+    let session = match state.sessions.resolve(headers, &admitted.agent.id, &admitted.key).await {
+        Ok(session) => session,
+        Err(error) => return error.into_http(None),
+    };
+    let ctx = Context { state, agent: admitted.agent.clone(), key: &admitted.key, session, era };
+    let mut answers = Vec::new();
+    for message in messages {
+        match message {
+            Err(Malformed { id, error }) => answers.push(jsonrpc::failure(id.as_ref(), &error)),
+            Ok(Message::Response) => {}
+            Ok(Message::Notification(call)) => dispatch::notify(&ctx, &call),
+            Ok(Message::Request(call)) => {
+                let Some(id) = call.id.as_ref() else { continue };
+                let answer = if Method::lookup(&call.method, era, false) == Some(Method::Initialize) {
+                    let error = McpError::InvalidRequest("initialize must not be part of a batch".to_owned());
+                    jsonrpc::failure(Some(id), &error)
+                } else {
+                    match dispatch::call(&ctx, &call).await {
+                        Ok(result) => jsonrpc::success(id, &result),
+                        Err(error) => jsonrpc::failure(Some(id), &error),
+                    }
+                };
+                answers.push(answer);
+            }
+        }
+    }
+    if answers.is_empty() {
+        return accepted();
+    }
+    let mut body = Vec::with_capacity(answers.iter().map(Vec::len).sum::<usize>() + answers.len() + 1);
+    body.push(b'[');
+    for (index, answer) in answers.iter().enumerate() {
+        if index > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(answer);
+    }
+    body.push(b']');
+    reply(format, body)
+}
+
+/// 202 Accepted, no body: the answer to notifications and client responses.
+fn accepted() -> Response {
+    StatusCode::ACCEPTED.into_response()
+}
+
+/// A 200 answer in the negotiated format: a JSON body, or an event stream whose one event is the answer.
+fn reply(format: ReplyFormat, json: Vec<u8>) -> Response {
+    match format {
+        ReplyFormat::Json => {
+            (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], json)
+                .into_response()
+        }
+        ReplyFormat::EventStream => {
+            let mut event = Vec::with_capacity(json.len() + 24);
+            event.extend_from_slice(b"event: message\ndata: ");
+            event.extend_from_slice(&json);
+            event.extend_from_slice(b"\n\n");
+            (
+                StatusCode::OK,
+                [
+                    (header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream")),
+                    (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+                    (header::HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no")),
+                ],
+                event,
+            )
+                .into_response()
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! The MCP wire types. This is the only module that names `rmcp`: the rest of the endpoint uses its model
+//! types through the re-exports below, so an upgrade of the pinned crate touches one file.
+//!
+//! `rmcp` 3.9 models the 2026-07-28 shapes (`resultType`, `ttlMs`, `cacheScope`, `server/discover`); what it
+//! lacks is defined here: the protocol constants, the `_meta` keys, and [`ListResult`], the envelope around
+//! the pre-serialised list pages the registry cache keeps.
+
+use serde::Serialize;
+use serde::ser::SerializeMap;
+use serde_json::value::RawValue;
+
+pub use rmcp::model::{
+    Annotations, CacheScope, CompleteRequestParams, CompleteResult, CompletionInfo, ContentBlock, DiscoverResult,
+    EmptyObject, GetPromptRequestParams, GetPromptResult, Implementation, InitializeRequestParams, InitializeResult,
+    MetaObject, PaginatedRequestParams, PromptsCapability, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResult, Reference, ResourceContents, ResourcesCapability, ResultType, ServerCapabilities,
+};
+/// MCP's records under names that do not collide with the domain's.
+pub use rmcp::model::{
+    Prompt as McpPrompt, PromptArgument as McpPromptArgument, PromptMessage as McpPromptMessage,
+    Resource as McpResource, ResourceTemplate as McpResourceTemplate, Role as McpRole,
+};
+
+/// The one modern revision served: stateless, per-request `_meta`.
+pub const MODERN_VERSION: &str = "2026-07-28";
+/// The legacy (handshake) revisions served, newest first.
+pub const LEGACY_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+/// Every revision served, newest first: `server/discover`'s `supportedVersions` and -32022's `data.supported`.
+pub const SUPPORTED_VERSIONS: [&str; 5] = [MODERN_VERSION, "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+/// What `initialize` answers when the client asks for a revision that is not served.
+pub const LATEST_LEGACY_VERSION: &str = "2025-11-25";
+/// The revision assumed for a legacy request with neither a protocol header nor a session (the transport
+/// specification's default); the only one whose requests may come in batches.
+pub const DEFAULT_LEGACY_VERSION: &str = "2025-03-26";
+
+/// Reserved `_meta` keys.
+pub mod meta {
+    pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+    pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+    pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+    pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+    pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+    /// On every message of a `subscriptions/listen` stream: the listen request's id.
+    pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+}
+
+/// The log levels of RFC 5424 that `io.modelcontextprotocol/logLevel` and `logging/setLevel` accept.
+pub const LOG_LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
+
+/// The request headers of the Streamable HTTP transport.
+pub mod header {
+    pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+    pub const METHOD: &str = "mcp-method";
+    pub const NAME: &str = "mcp-name";
+    pub const SESSION_ID: &str = "mcp-session-id";
+}
+
+/// Caching hints of a modern cacheable result (`ttlMs`, `cacheScope`); absent on the legacy wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheHints {
+    pub ttl_ms: u64,
+    pub scope: CacheScope,
+}
+
+/// A page of a list result (`resources/list`, `resources/templates/list`, `prompts/list`) whose items are
+/// already serialised: the registry cache keeps pages as JSON so that a list costs one copy, not one
+/// serialisation per item. Modern fields (`resultType`, caching hints, `_meta`) are set per request.
+pub struct ListResult<'a> {
+    /// `resources`, `resourceTemplates` or `prompts`.
+    pub key: &'static str,
+    /// The JSON array of items.
+    pub items: &'a RawValue,
+    pub next_cursor: Option<String>,
+    pub result_type: Option<ResultType>,
+    pub cache: Option<CacheHints>,
+    pub meta: Option<MetaObject>,
+}
+
+impl Serialize for ListResult<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        if let Some(result_type) = &self.result_type {
+            map.serialize_entry("resultType", result_type)?;
+        }
+        map.serialize_entry(self.key, self.items)?;
+        if let Some(cursor) = &self.next_cursor {
+            map.serialize_entry("nextCursor", cursor)?;
+        }
+        if let Some(cache) = &self.cache {
+            map.serialize_entry("ttlMs", &cache.ttl_ms)?;
+            map.serialize_entry("cacheScope", &cache.scope)?;
+        }
+        if let Some(meta) = &self.meta {
+            map.serialize_entry("_meta", meta)?;
+        }
+        map.end()
+    }
+}
+
+/// Whether `version` is a legacy revision this server speaks.
+pub fn is_legacy_version(version: &str) -> bool {
+    LEGACY_VERSIONS.contains(&version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_result_shapes_per_era() {
+        let items = RawValue::from_string(r#"[{"uri":"a://b","name":"b"}]"#.to_owned()).expect("valid json");
+        let legacy = ListResult {
+            key: "resources",
+            items: &items,
+            next_cursor: None,
+            result_type: None,
+            cache: None,
+            meta: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&legacy).expect("serialises"),
+            r#"{"resources":[{"uri":"a://b","name":"b"}]}"#
+        );
+        let modern = ListResult {
+            next_cursor: Some("c".to_owned()),
+            result_type: Some(ResultType::COMPLETE),
+            cache: Some(CacheHints { ttl_ms: 5, scope: CacheScope::Private }),
+            ..legacy
+        };
+        assert_eq!(
+            serde_json::to_string(&modern).expect("serialises"),
+            r#"{"resultType":"complete","resources":[{"uri":"a://b","name":"b"}],"nextCursor":"c","ttlMs":5,"cacheScope":"private"}"#
+        );
+    }
+
+    #[test]
+    fn versions_are_newest_first() {
+        let mut sorted = SUPPORTED_VERSIONS;
+        sorted.sort_unstable_by(|a, b| b.cmp(a));
+        assert_eq!(sorted, SUPPORTED_VERSIONS);
+        assert!(is_legacy_version(DEFAULT_LEGACY_VERSION) && !is_legacy_version(MODERN_VERSION));
+    }
+}

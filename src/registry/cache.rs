@@ -1,0 +1,248 @@
+//! Per-agent registry caches: agent rows, list pages (pre-serialised by the MCP endpoint), small resource
+//! contents, prompts and template sets. The database is the truth; this is memory the event bus keeps honest.
+//!
+//! Invalidation: `Change{agent}` drops that agent's registry entries, `AgentChanged`/`AgentDeleted` drop the
+//! agent's row and entries, `Resync` drops everything. The cache is a [`BusHook`]: the bus applies every
+//! message to it synchronously before anyone can observe the message, so once a change is known on this
+//! replica no request is answered from what it made stale.
+//!
+//! Races: a cold read loads from the database into the agent's registry object it looked up *before* the
+//! read. An invalidation replaces that object, so a load that raced with it lands in an orphan nobody reads
+//! (and is not counted). Agent rows use a generation counter the same way `KeyCache` does.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use dashmap::DashMap;
+
+use crate::domain::AgentId;
+use crate::domain::model::Agent;
+use crate::events::{BusHook, BusMessage};
+use crate::store::{Store, StoreResult};
+
+/// Memory the cache may hold, in bytes (estimated), across all agents.
+pub const DEFAULT_MAX_BYTES: usize = 64 * 1024 * 1024;
+/// Resource contents larger than this are always read from the database.
+pub const DEFAULT_MAX_CONTENT_BYTES: usize = 64 * 1024;
+/// Agent rows kept at most; beyond this the rows are dropped and reloaded on demand.
+const MAX_AGENT_ROWS: usize = 100_000;
+/// Estimated bookkeeping cost of one entry beyond its payload.
+const ENTRY_OVERHEAD: usize = 160;
+
+/// What a cached value is; the key of an agent's registry map.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Key {
+    /// A page of the list named (`resources`, `resourceTemplates`, `prompts`), after the given sort key
+    /// (`None`: the first page).
+    Page(&'static str, Option<String>),
+    /// One resource's content, or its absence.
+    Content(String),
+    /// One prompt with its arguments and messages, or its absence.
+    Prompt(String),
+    /// The agent's resource templates (for template reads).
+    Templates,
+}
+
+/// A loaded value and its estimated size; `None` means "serve it, don't keep it".
+pub struct Loaded<T> {
+    pub value: T,
+    pub bytes: Option<usize>,
+}
+
+type Entry = Arc<dyn Any + Send + Sync>;
+
+/// One agent's registry entries. Replaced (never cleared in place) on invalidation.
+#[derive(Default)]
+struct Registry {
+    /// Short critical sections only (no `.await` while held), so a std mutex.
+    inner: Mutex<RegistryInner>,
+}
+
+#[derive(Default)]
+struct RegistryInner {
+    is_dead: bool,
+    bytes: usize,
+    entries: HashMap<Key, (Entry, usize)>,
+}
+
+pub struct RegistryCache {
+    store: Arc<dyn Store>,
+    agents: DashMap<AgentId, Arc<Agent>>,
+    /// Bumped on every agent invalidation, so a load that raced with one is not cached.
+    agent_generation: AtomicU64,
+    registries: DashMap<AgentId, Arc<Registry>>,
+    /// Estimated bytes held by live registries.
+    bytes: AtomicUsize,
+    max_bytes: usize,
+    max_content_bytes: usize,
+}
+
+impl RegistryCache {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self::with_limits(store, DEFAULT_MAX_BYTES, DEFAULT_MAX_CONTENT_BYTES)
+    }
+
+    pub fn with_limits(store: Arc<dyn Store>, max_bytes: usize, max_content_bytes: usize) -> Self {
+        Self {
+            store,
+            agents: DashMap::new(),
+            agent_generation: AtomicU64::new(0),
+            registries: DashMap::new(),
+            bytes: AtomicUsize::new(0),
+            max_bytes,
+            max_content_bytes,
+        }
+    }
+
+    /// The largest content worth keeping.
+    pub fn max_content_bytes(&self) -> usize {
+        self.max_content_bytes
+    }
+
+    /// The store behind the cache, for reads that are never cached.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The agent's row, from memory or (once) from the database.
+    pub async fn agent(&self, id: &AgentId) -> StoreResult<Option<Arc<Agent>>> {
+        if let Some(agent) = self.agents.get(id) {
+            return Ok(Some(agent.clone()));
+        }
+        let generation = self.agent_generation.load(Ordering::Acquire);
+        let Some(agent) = self.store.get_agent(id).await? else {
+            return Ok(None);
+        };
+        let agent = Arc::new(agent);
+        if self.agents.len() >= MAX_AGENT_ROWS {
+            self.agents.clear();
+        }
+        // Compared under the entry's shard lock, so an invalidation cannot slip between check and insert.
+        if let dashmap::Entry::Vacant(slot) = self.agents.entry(id.clone())
+            && self.agent_generation.load(Ordering::Acquire) == generation
+        {
+            slot.insert(agent.clone());
+        }
+        Ok(Some(agent))
+    }
+
+    /// The value under `key` for `agent`, loading it with `load` on a miss.
+    pub async fn get_or_load<T, F, Fut>(&self, agent: &AgentId, key: Key, load: F) -> StoreResult<Arc<T>>
+    where
+        T: Send + Sync + 'static,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = StoreResult<Loaded<T>>>,
+    {
+        let registry = self.registries.entry(agent.clone()).or_default().clone();
+        if let Some(hit) = lookup::<T>(&registry, &key) {
+            return Ok(hit);
+        }
+        let loaded = load().await?;
+        let value = Arc::new(loaded.value);
+        if let Some(bytes) = loaded.bytes {
+            self.insert(&registry, key, value.clone(), bytes);
+        }
+        Ok(value)
+    }
+
+    fn insert(&self, registry: &Registry, key: Key, value: Entry, bytes: usize) {
+        let cost = bytes + ENTRY_OVERHEAD;
+        if cost > self.max_bytes / 8 {
+            return;
+        }
+        if self.bytes.load(Ordering::Relaxed) + cost > self.max_bytes {
+            self.evict(self.max_bytes / 2);
+        }
+        let Ok(mut inner) = registry.inner.lock() else { return };
+        if inner.is_dead {
+            return;
+        }
+        if let Some((_, old)) = inner.entries.insert(key, (value, cost)) {
+            inner.bytes -= old;
+            self.bytes.fetch_sub(old, Ordering::Relaxed);
+        }
+        inner.bytes += cost;
+        self.bytes.fetch_add(cost, Ordering::Relaxed);
+    }
+
+    /// Drops whole registries until at most `target` bytes remain.
+    fn evict(&self, target: usize) {
+        let victims: Vec<AgentId> = self.registries.iter().map(|entry| entry.key().clone()).collect();
+        for agent in victims {
+            if self.bytes.load(Ordering::Relaxed) <= target {
+                break;
+            }
+            self.drop_registry(&agent);
+        }
+    }
+
+    fn drop_registry(&self, agent: &AgentId) {
+        if let Some((_, registry)) = self.registries.remove(agent) {
+            self.retire(&registry);
+        }
+    }
+
+    fn retire(&self, registry: &Registry) {
+        if let Ok(mut inner) = registry.inner.lock() {
+            inner.is_dead = true;
+            self.bytes.fetch_sub(inner.bytes, Ordering::Relaxed);
+            inner.bytes = 0;
+            inner.entries.clear();
+        }
+    }
+
+    fn drop_agent(&self, agent: &str) {
+        self.agent_generation.fetch_add(1, Ordering::AcqRel);
+        if let Ok(id) = AgentId::parse(agent) {
+            self.agents.remove(&id);
+            self.drop_registry(&id);
+        }
+    }
+
+    fn drop_everything(&self) {
+        self.agent_generation.fetch_add(1, Ordering::AcqRel);
+        self.agents.clear();
+        let all: Vec<AgentId> = self.registries.iter().map(|entry| entry.key().clone()).collect();
+        for agent in all {
+            self.drop_registry(&agent);
+        }
+    }
+
+    /// Estimated bytes held, for metrics and tests.
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
+fn lookup<T: Send + Sync + 'static>(registry: &Registry, key: &Key) -> Option<Arc<T>> {
+    let inner = registry.inner.lock().ok()?;
+    let (entry, _) = inner.entries.get(key)?;
+    entry.clone().downcast::<T>().ok()
+}
+
+impl BusHook for RegistryCache {
+    fn apply(&self, message: &BusMessage) {
+        match message {
+            BusMessage::Change { agent, .. } => {
+                if let Ok(id) = AgentId::parse(agent) {
+                    self.drop_registry(&id);
+                }
+            }
+            BusMessage::AgentChanged { agent } | BusMessage::AgentDeleted { agent } => self.drop_agent(agent),
+            BusMessage::Resync => self.drop_everything(),
+            BusMessage::KeyRevoked { .. }
+            | BusMessage::Barrier { .. }
+            | BusMessage::SessionEnded { .. }
+            | BusMessage::Subscribed { .. }
+            | BusMessage::Unsubscribed { .. }
+            | BusMessage::StreamOpened { .. } => {}
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "cache_tests.rs"]
+mod tests;

@@ -1,0 +1,139 @@
+use std::sync::atomic::AtomicU32;
+
+use super::*;
+use crate::config::DatabaseConfig;
+use crate::domain::model::{Actor, NewAgent};
+use crate::events::LocalBus;
+use crate::store::sqlite::SqliteStore;
+
+struct Fixture {
+    cache: Arc<RegistryCache>,
+    bus: LocalBus,
+    store: Arc<dyn Store>,
+    _dir: TempFile,
+}
+
+struct TempFile(std::path::PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut path = self.0.clone().into_os_string();
+            path.push(suffix);
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+async fn fixture(max_bytes: usize) -> Fixture {
+    let path = std::env::temp_dir().join(format!("hivegate-cache-{}.db", uuid::Uuid::new_v4().simple()));
+    let bus = LocalBus::new();
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    let store = SqliteStore::connect(&url, &DatabaseConfig::default(), bus.clone()).await.expect("sqlite");
+    store.migrate().await.expect("migrations");
+    let store: Arc<dyn Store> = Arc::new(store);
+    let cache = Arc::new(RegistryCache::with_limits(store.clone(), max_bytes, 1024));
+    bus.add_hook(cache.clone());
+    Fixture { cache, bus, store, _dir: TempFile(path) }
+}
+
+fn agent(id: &str) -> AgentId {
+    AgentId::parse(id).expect("agent id")
+}
+
+/// Loads `key` through the cache, counting how often the loader runs.
+async fn load(cache: &RegistryCache, id: &AgentId, key: Key, calls: &AtomicU32, bytes: usize) -> Arc<String> {
+    cache
+        .get_or_load(id, key, || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Ok(Loaded { value: "value".to_owned(), bytes: Some(bytes) })
+        })
+        .await
+        .expect("load")
+}
+
+#[tokio::test]
+async fn a_cold_read_loads_once() {
+    let f = fixture(DEFAULT_MAX_BYTES).await;
+    let calls = AtomicU32::new(0);
+    for _ in 0..3 {
+        load(&f.cache, &agent("a"), Key::Templates, &calls, 10).await;
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_change_drops_only_that_agents_entries() {
+    let f = fixture(DEFAULT_MAX_BYTES).await;
+    let (a, b) = (agent("a"), agent("b"));
+    let (calls_a, calls_b) = (AtomicU32::new(0), AtomicU32::new(0));
+    load(&f.cache, &a, Key::Templates, &calls_a, 10).await;
+    load(&f.cache, &b, Key::Templates, &calls_b, 10).await;
+    f.bus.publish(BusMessage::Change { agent: "a".into(), seq: 1 });
+    load(&f.cache, &a, Key::Templates, &calls_a, 10).await;
+    load(&f.cache, &b, Key::Templates, &calls_b, 10).await;
+    assert_eq!((calls_a.load(Ordering::SeqCst), calls_b.load(Ordering::SeqCst)), (2, 1));
+    f.bus.publish(BusMessage::Resync);
+    load(&f.cache, &b, Key::Templates, &calls_b, 10).await;
+    assert_eq!(calls_b.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_load_that_races_an_invalidation_is_not_kept() {
+    let f = fixture(DEFAULT_MAX_BYTES).await;
+    let a = agent("a");
+    let calls = AtomicU32::new(0);
+    let bus = f.bus.clone();
+    f.cache
+        .get_or_load(&a, Key::Templates, || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            // The change commits while this (stale) read is in flight.
+            bus.publish(BusMessage::Change { agent: "a".into(), seq: 1 });
+            Ok(Loaded { value: "stale".to_owned(), bytes: Some(5) })
+        })
+        .await
+        .expect("load");
+    let fresh = load(&f.cache, &a, Key::Templates, &calls, 5).await;
+    assert_eq!((fresh.as_str(), calls.load(Ordering::SeqCst)), ("value", 2));
+}
+
+#[tokio::test]
+async fn agent_rows_are_cached_and_dropped() {
+    let f = fixture(DEFAULT_MAX_BYTES).await;
+    let actor = Actor { name: "operator".into(), request_id: None };
+    let new =
+        NewAgent { id: agent("bot"), name: "Bot".into(), description: None, rate_limit: None, cache_ttl_ms: None };
+    f.store.create_agent(&new, &actor).await.expect("agent");
+    assert_eq!(f.cache.agent(&agent("bot")).await.expect("read").expect("exists").name, "Bot");
+    assert!(f.cache.agent(&agent("nobody")).await.expect("read").is_none());
+    f.store.delete_agent(&agent("bot"), &actor).await.expect("delete");
+    f.bus.publish(BusMessage::AgentDeleted { agent: "bot".into() });
+    assert!(f.cache.agent(&agent("bot")).await.expect("read").is_none());
+}
+
+#[tokio::test]
+async fn memory_stays_bounded() {
+    let max = 64 * 1024;
+    let f = fixture(max).await;
+    let calls = AtomicU32::new(0);
+    for i in 0..500 {
+        let id = agent(&format!("a{}", i % 50));
+        load(&f.cache, &id, Key::Content(format!("x://{i}")), &calls, 1000).await;
+        assert!(f.cache.bytes() <= max, "{} bytes held", f.cache.bytes());
+    }
+    // Entries larger than an eighth of the budget are served but never kept.
+    load(&f.cache, &agent("big"), Key::Templates, &calls, max).await;
+    let before = calls.load(Ordering::SeqCst);
+    load(&f.cache, &agent("big"), Key::Templates, &calls, max).await;
+    assert_eq!(calls.load(Ordering::SeqCst), before + 1);
+}
+
+#[tokio::test]
+async fn a_published_change_releases_memory_at_once() {
+    let f = fixture(DEFAULT_MAX_BYTES).await;
+    let calls = AtomicU32::new(0);
+    load(&f.cache, &agent("a"), Key::Templates, &calls, 100).await;
+    assert!(f.cache.bytes() > 0);
+    f.bus.publish(BusMessage::Change { agent: "a".into(), seq: 1 });
+    assert_eq!(f.cache.bytes(), 0, "the hook drops the agent's entries before publish returns");
+}

@@ -1,0 +1,6 @@
+//! Registry views: pagination cursors and the per-agent caches in front of the store.
+
+/// Per-agent caches of agent rows, list pages and small contents, invalidated through the event bus.
+pub mod cache;
+/// Opaque, authenticated pagination cursors.
+pub mod cursor;

@@ -1,0 +1,35 @@
+//! The shared state every handler gets: built once in [`crate::app::Application::build`].
+
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::domain::KeyHasher;
+use crate::events::LocalBus;
+use crate::http::auth::{KeyCache, OperatorToken};
+use crate::mcp::hub::Hub;
+use crate::mcp::session::Sessions;
+use crate::registry::cache::RegistryCache;
+use crate::registry::cursor::CursorCodec;
+use crate::store::Store;
+
+/// Cheap to clone: every field is shared.
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    /// `Arc<dyn Store>` rather than a generic, so handlers are compiled once for both backends.
+    pub store: Arc<dyn Store>,
+    /// Committed changes from every replica.
+    pub bus: LocalBus,
+    /// Presented key digest → stored key, invalidated through the bus.
+    pub keys: Arc<KeyCache>,
+    pub operator: Arc<OperatorToken>,
+    /// Signs and checks pagination cursors with the key every replica shares.
+    pub cursors: Arc<CursorCodec>,
+    pub hasher: KeyHasher,
+    /// Agent rows, list pages and small contents per agent, invalidated through the bus.
+    pub registry: Arc<RegistryCache>,
+    /// Legacy sessions this replica has seen, invalidated through the bus.
+    pub sessions: Arc<Sessions>,
+    /// Every SSE stream open on this replica; the bus feeds it committed changes.
+    pub hub: Arc<Hub>,
+}

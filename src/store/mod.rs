@@ -1,0 +1,191 @@
+//! Storage: one trait, one implementation per backend, chosen once by the database URL's scheme.
+//!
+//! Every registry change (resource, template, prompt) commits in one transaction with its event row
+//! (per-agent sequence bumped on the agent row, so sequence values commit in order) and its audit row.
+//! After commit the change reaches every replica through the event bus.
+
+use async_trait::async_trait;
+
+use crate::domain::model::{
+    Actor, Agent, AgentPatch, AuditFilter, AuditRecord, ChangeEvent, Content, KeyRecord, NewAgent, NewKey, NewPrompt,
+    NewResource, NewResourceTemplate, Prompt, Resource, ResourceTemplate,
+};
+use crate::domain::session::{Pruned, Session, SessionDigest};
+use crate::domain::time::Timestamp;
+use crate::domain::{AgentId, PromptName, ResourceUri};
+
+/// The PostgreSQL implementation (several replicas; LISTEN/NOTIFY).
+pub mod postgres;
+/// Rows as the database returns them, and their conversion into domain records.
+mod rows;
+/// The SQL both backends share: one implementation of [`Store`], expanded for each backend.
+mod sql;
+/// The SQLite implementation (embedded, one replica).
+pub mod sqlite;
+/// One story run against both backends.
+#[cfg(test)]
+mod tests;
+
+/// Failures of the store, split by what the caller can do about them.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("not found")]
+    NotFound,
+    #[error("already exists")]
+    Conflict,
+    /// The database cannot be reached or is overloaded: answer 503 and let the client retry.
+    #[error("database unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    #[error("database error: {0}")]
+    Database(#[source] sqlx::Error),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Where a page of a list starts: after the last item of the page before (`None` = the first page).
+pub type After<'a> = Option<&'a str>;
+
+/// The result of a resource upsert: the stored resource and whether it was created (201) or replaced (200).
+#[derive(Debug, Clone)]
+pub struct Upserted<T> {
+    pub item: T,
+    pub created: bool,
+}
+
+/// What a batch did, in one transaction.
+#[derive(Debug, Clone, Default)]
+pub struct BatchOutcome {
+    pub upserted: Vec<Upserted<Resource>>,
+    pub deleted: Vec<ResourceUri>,
+}
+
+/// Settings kept in the database so that every replica shares them.
+pub mod setting {
+    /// Hex digest of the generated operator token.
+    pub const OPERATOR_TOKEN_DIGEST: &str = "operator_token_digest";
+    /// Hex HMAC key that authenticates pagination cursors on every replica.
+    pub const CURSOR_KEY: &str = "cursor_key";
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Apply pending migrations. Safe when several replicas start at once.
+    async fn migrate(&self) -> StoreResult<()>;
+    /// A cheap round trip, for `/readyz`.
+    async fn ping(&self) -> StoreResult<()>;
+    /// Which backend this is, for logs and metrics: `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+
+    async fn get_setting(&self, name: &str) -> StoreResult<Option<String>>;
+    /// Store `value` unless the setting exists; returns the value that is stored afterwards.
+    async fn init_setting(&self, name: &str, value: &str) -> StoreResult<String>;
+    async fn put_setting(&self, name: &str, value: &str) -> StoreResult<()>;
+
+    /// `Conflict` when the id exists.
+    async fn create_agent(&self, agent: &NewAgent, actor: &Actor) -> StoreResult<Agent>;
+    async fn get_agent(&self, id: &AgentId) -> StoreResult<Option<Agent>>;
+    /// Ordered by id; at most `limit` items after `after`.
+    async fn list_agents(&self, after: After<'_>, limit: u32) -> StoreResult<Vec<Agent>>;
+    async fn update_agent(&self, id: &AgentId, patch: &AgentPatch, actor: &Actor) -> StoreResult<Agent>;
+    /// Deletes the agent with its keys, registry, sessions and events (not its audit records).
+    async fn delete_agent(&self, id: &AgentId, actor: &Actor) -> StoreResult<()>;
+
+    async fn create_key(&self, key: &NewKey, actor: &Actor) -> StoreResult<KeyRecord>;
+    /// Ordered by (created_at, id); `after` is the id of the last key of the page before.
+    async fn list_keys(&self, agent: &AgentId, after: After<'_>, limit: u32) -> StoreResult<Vec<KeyRecord>>;
+    /// Sets `revoked_at`; `NotFound` if the key does not exist or belongs to another agent.
+    async fn revoke_key(&self, agent: &AgentId, key_id: &str, actor: &Actor) -> StoreResult<()>;
+    async fn find_key(&self, digest_hex: &str) -> StoreResult<Option<KeyRecord>>;
+    /// Records use of a key (callers write it at most once a minute per key).
+    async fn touch_key(&self, key_id: &str) -> StoreResult<()>;
+
+    async fn put_resource(
+        &self,
+        agent: &AgentId,
+        resource: &NewResource,
+        actor: &Actor,
+    ) -> StoreResult<Upserted<Resource>>;
+    /// All upserts and deletes in one transaction with one event; `NotFound` (nothing changed) if a
+    /// deleted URI does not exist.
+    async fn batch_resources(
+        &self,
+        agent: &AgentId,
+        upserts: &[NewResource],
+        deletes: &[ResourceUri],
+        actor: &Actor,
+    ) -> StoreResult<BatchOutcome>;
+    /// Ordered by URI (bytewise).
+    async fn list_resources(&self, agent: &AgentId, after: After<'_>, limit: u32) -> StoreResult<Vec<Resource>>;
+    async fn get_resource(&self, agent: &AgentId, uri: &str) -> StoreResult<Option<(Resource, Content)>>;
+    /// The resources directly below `prefix` (which ends with `/`): URIs that start with it and have no
+    /// further `/`; ordered by URI, at most `limit`, without content (directory reads).
+    async fn directory_children(&self, agent: &AgentId, prefix: &str, limit: u32) -> StoreResult<Vec<Resource>>;
+    async fn delete_resource(&self, agent: &AgentId, uri: &ResourceUri, actor: &Actor) -> StoreResult<()>;
+
+    async fn put_template(
+        &self,
+        agent: &AgentId,
+        template: &NewResourceTemplate,
+        actor: &Actor,
+    ) -> StoreResult<Upserted<ResourceTemplate>>;
+    /// Ordered by `uri_template` (bytewise).
+    async fn list_templates(&self, agent: &AgentId, after: After<'_>, limit: u32)
+    -> StoreResult<Vec<ResourceTemplate>>;
+    async fn delete_template(&self, agent: &AgentId, uri_template: &str, actor: &Actor) -> StoreResult<()>;
+
+    async fn put_prompt(&self, agent: &AgentId, prompt: &NewPrompt, actor: &Actor) -> StoreResult<Upserted<Prompt>>;
+    /// Ordered by name (bytewise).
+    async fn list_prompts(&self, agent: &AgentId, after: After<'_>, limit: u32) -> StoreResult<Vec<Prompt>>;
+    async fn get_prompt(&self, agent: &AgentId, name: &PromptName) -> StoreResult<Option<Prompt>>;
+    async fn delete_prompt(&self, agent: &AgentId, name: &PromptName, actor: &Actor) -> StoreResult<()>;
+
+    /// Audit records matching `filter`, newest first (time desc, id desc); `after` is the id of the last
+    /// record of the page before.
+    async fn list_audit(&self, filter: &AuditFilter, after: After<'_>, limit: u32) -> StoreResult<Vec<AuditRecord>>;
+
+    /// Sends `message` on the bus as its own (empty) commit, in commit order with every change.
+    async fn announce(&self, message: crate::events::BusMessage) -> StoreResult<()>;
+
+    /// Committed events of `agent` with `seq > after_seq`, in order, at most `limit`.
+    async fn events_after(&self, agent: &AgentId, after_seq: i64, limit: u32) -> StoreResult<Vec<ChangeEvent>>;
+    /// The agent's epoch and the sequence number of its last event (0 before the first); `None` without agent.
+    async fn event_head(&self, agent: &AgentId) -> StoreResult<Option<(i64, i64)>>;
+    /// Deletes events created before `events_before` or more than `keep_per_agent` behind their agent's last
+    /// event, and sessions last seen before `sessions_idle_before` (with their subscriptions), in bounded
+    /// batches.
+    async fn prune(
+        &self,
+        events_before: Timestamp,
+        keep_per_agent: u64,
+        sessions_idle_before: Timestamp,
+    ) -> StoreResult<Pruned>;
+
+    /// Stores a new legacy session; `NotFound` when its agent or key no longer exists.
+    async fn create_session(&self, session: &Session) -> StoreResult<()>;
+    async fn get_session(&self, digest: &SessionDigest) -> StoreResult<Option<Session>>;
+    /// Records use of the session at `at` (callers write it at most once a minute per session).
+    async fn touch_session(&self, digest: &SessionDigest, at: Timestamp) -> StoreResult<()>;
+    /// Ends the session (and its subscriptions), announcing [`BusMessage::SessionEnded`]; `false` when there
+    /// was no such session of that agent.
+    ///
+    /// [`BusMessage::SessionEnded`]: crate::events::BusMessage::SessionEnded
+    async fn delete_session(&self, agent: &AgentId, digest: &SessionDigest) -> StoreResult<bool>;
+    /// Adds `uri` to the session's subscriptions (a no-op when it is there), announcing
+    /// [`BusMessage::Subscribed`]; `false` (nothing changed) when the session already holds `limit` others;
+    /// `NotFound` when the session ended meanwhile.
+    ///
+    /// [`BusMessage::Subscribed`]: crate::events::BusMessage::Subscribed
+    async fn subscribe(
+        &self,
+        agent: &AgentId,
+        digest: &SessionDigest,
+        uri: &ResourceUri,
+        limit: u32,
+    ) -> StoreResult<bool>;
+    /// Removes `uri` from the session's subscriptions, announcing `Unsubscribed` when it was there.
+    async fn unsubscribe(&self, agent: &AgentId, digest: &SessionDigest, uri: &str) -> StoreResult<()>;
+    /// The session's subscribed URIs, ordered.
+    async fn subscriptions(&self, digest: &SessionDigest) -> StoreResult<Vec<String>>;
+}

@@ -1,0 +1,105 @@
+//! The PostgreSQL store: the production backend, shared by several replicas.
+//!
+//! A registry change takes the agent's row lock first (bumping its event sequence), so the agent's changes
+//! commit one after the other in sequence order. Its `pg_notify` is issued inside the transaction:
+//! PostgreSQL delivers it when, and only when, the change commits, in commit order, to every replica's
+//! listener ([`crate::events::postgres::PgBus`]), this replica's included. So this store never publishes
+//! to the local bus itself.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::error::DatabaseError;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::{Connection, Postgres, Transaction};
+
+use super::sql::{classify, classify_migration, impl_store};
+use super::{StoreError, StoreResult};
+use crate::config::DatabaseConfig;
+use crate::events::{BusMessage, CHANNEL};
+
+static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// How the store's connections show in `pg_stat_activity`.
+const APPLICATION_NAME: &str = "hivegate";
+
+pub struct PgStore {
+    pool: PgPool,
+    /// Kept to open the migrator's dedicated connection.
+    options: PgConnectOptions,
+}
+
+impl PgStore {
+    /// Connects a pool of `config.max_connections`; an unreachable server is [`StoreError::Unavailable`].
+    pub async fn connect(url: &str, config: &DatabaseConfig) -> Result<Self, StoreError> {
+        let options = PgConnectOptions::from_str(url).map_err(Self::error)?.application_name(APPLICATION_NAME);
+        let pool = PgPoolOptions::new()
+            .max_connections(config.max_connections)
+            .acquire_timeout(Duration::from_millis(config.acquire_timeout_ms))
+            .connect_with(options.clone())
+            .await
+            .map_err(Self::error)?;
+        Ok(Self { pool, options })
+    }
+
+    fn reader(&self) -> &PgPool {
+        &self.pool
+    }
+
+    fn writer(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn begin_write(&self) -> StoreResult<Transaction<'static, Postgres>> {
+        self.pool.begin().await.map_err(Self::error)
+    }
+
+    /// Queues the messages as notifications inside the transaction, then commits: PostgreSQL sends them
+    /// exactly when the change becomes visible, and never for a change that rolled back.
+    async fn commit(&self, mut tx: Transaction<'static, Postgres>, messages: Vec<BusMessage>) -> StoreResult<()> {
+        for message in &messages {
+            let payload = serde_json::to_string(message)
+                .map_err(|e| StoreError::Corrupt(format!("cannot serialise a bus message: {e}")))?;
+            sqlx::query("select pg_notify($1, $2)")
+                .bind(CHANNEL)
+                .bind(payload)
+                .execute(&mut *tx)
+                .await
+                .map_err(Self::error)?;
+        }
+        tx.commit().await.map_err(Self::error)
+    }
+
+    /// Applies the embedded migrations. sqlx's migrator holds a PostgreSQL advisory lock (keyed by the
+    /// database name) from before it creates its bookkeeping table until it is done, so replicas starting
+    /// at once apply each migration exactly once. It runs on a dedicated connection: the lock is
+    /// session-level, and if a migration fails the lock must go with the connection rather than stay held
+    /// by a pooled one.
+    async fn run_migrations(&self) -> StoreResult<()> {
+        let mut connection = PgConnection::connect_with(&self.options).await.map_err(Self::error)?;
+        let outcome = MIGRATOR.run_direct(None, &mut connection, false).await;
+        // Closing also releases the advisory lock when the migrator failed before unlocking.
+        let _ = connection.close().await;
+        outcome.map_err(|e| classify_migration(e, is_unavailable))
+    }
+
+    fn error(error: sqlx::Error) -> StoreError {
+        store_error(error)
+    }
+}
+
+/// A PostgreSQL driver error as a [`StoreError`]; also used by the event listener.
+pub(crate) fn store_error(error: sqlx::Error) -> StoreError {
+    classify(error, is_unavailable)
+}
+
+/// Connection exceptions (class 08), the server shutting down or starting (57P01–57P03), too many
+/// connections (53300), and transactions the client should simply retry (serialization failure, deadlock).
+fn is_unavailable(error: &dyn DatabaseError) -> bool {
+    error.code().is_some_and(|code| {
+        code.starts_with("08") || matches!(code.as_ref(), "57P01" | "57P02" | "57P03" | "53300" | "40001" | "40P01")
+    })
+}
+
+impl_store!(PgStore, Postgres, "postgres");

@@ -1,0 +1,355 @@
+//! Rows as both backends return them, and their conversion into domain records.
+//!
+//! The columns have the same names and compatible types in SQLite and PostgreSQL (`bigint`/`integer` →
+//! `i64`, `boolean`/`integer` → `bool`, `bytea`/`blob` → `Vec<u8>`, JSON as text), so one set of row structs
+//! serves both. Anything stored that no longer parses (a URI, a scope, a JSON column) is
+//! [`StoreError::Corrupt`]: the database is the truth, but it is not trusted blindly.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::{StoreError, StoreResult};
+use crate::domain::model::{
+    Agent, AuditRecord, ChangeEvent, Content, KeyRecord, Prompt, RateLimit, Resource, ResourceTemplate,
+};
+use crate::domain::time::Timestamp;
+use crate::domain::{AgentId, PromptName, ResourceUri, Scope};
+
+#[derive(sqlx::FromRow)]
+pub(super) struct AgentRow {
+    agent_id: String,
+    name: String,
+    description: Option<String>,
+    rate_limit_rps: Option<i64>,
+    rate_limit_burst: Option<i64>,
+    cache_ttl_ms: Option<i64>,
+    epoch: i64,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl AgentRow {
+    pub(super) fn into_agent(self) -> StoreResult<Agent> {
+        let rate_limit = match (self.rate_limit_rps, self.rate_limit_burst) {
+            (Some(rps), Some(burst)) => Some(RateLimit {
+                requests_per_second: to_u32(rps, "rate_limit_rps")?,
+                burst: to_u32(burst, "rate_limit_burst")?,
+            }),
+            _ => None,
+        };
+        Ok(Agent {
+            id: agent_id(&self.agent_id)?,
+            name: self.name,
+            description: self.description,
+            rate_limit,
+            cache_ttl_ms: self.cache_ttl_ms.map(|ms| to_u64(ms, "cache_ttl_ms")).transpose()?,
+            epoch: self.epoch,
+            created_at: Timestamp::from_micros(self.created_at),
+            updated_at: Timestamp::from_micros(self.updated_at),
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct KeyRow {
+    api_key_id: String,
+    agent_id: String,
+    name: Option<String>,
+    prefix: String,
+    scopes: String,
+    created_at: i64,
+    expires_at: Option<i64>,
+    last_used_at: Option<i64>,
+    revoked_at: Option<i64>,
+}
+
+impl KeyRow {
+    pub(super) fn into_key(self) -> StoreResult<KeyRecord> {
+        Ok(KeyRecord {
+            id: self.api_key_id,
+            agent_id: agent_id(&self.agent_id)?,
+            name: self.name,
+            prefix: self.prefix,
+            scopes: parse_scopes(&self.scopes)?,
+            created_at: Timestamp::from_micros(self.created_at),
+            expires_at: self.expires_at.map(Timestamp::from_micros),
+            last_used_at: self.last_used_at.map(Timestamp::from_micros),
+            revoked_at: self.revoked_at.map(Timestamp::from_micros),
+        })
+    }
+}
+
+/// A resource as lists show it: every column but the content.
+#[derive(sqlx::FromRow)]
+pub(super) struct ResourceRow {
+    uri: String,
+    name: String,
+    title: Option<String>,
+    description: Option<String>,
+    mime_type: Option<String>,
+    size: i64,
+    annotations: Option<String>,
+    meta: Option<String>,
+    version: i64,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl ResourceRow {
+    pub(super) fn into_resource(self) -> StoreResult<Resource> {
+        Ok(Resource {
+            uri: ResourceUri::parse(&self.uri).map_err(|e| StoreError::Corrupt(e.0))?,
+            name: self.name,
+            title: self.title,
+            description: self.description,
+            mime_type: self.mime_type,
+            size: to_u64(self.size, "size")?,
+            annotations: from_json_opt(self.annotations.as_deref(), "annotations")?,
+            meta: from_json_opt(self.meta.as_deref(), "meta")?,
+            version: self.version,
+            created_at: Timestamp::from_micros(self.created_at),
+            updated_at: Timestamp::from_micros(self.updated_at),
+        })
+    }
+}
+
+/// A resource with its content.
+#[derive(sqlx::FromRow)]
+pub(super) struct ResourceContentRow {
+    #[sqlx(flatten)]
+    resource: ResourceRow,
+    content_text: Option<String>,
+    content_blob: Option<Vec<u8>>,
+}
+
+impl ResourceContentRow {
+    pub(super) fn into_parts(self) -> StoreResult<(Resource, Content)> {
+        let content = match (self.content_text, self.content_blob) {
+            (Some(text), None) => Content::Text(text),
+            (None, Some(bytes)) => Content::Blob(bytes),
+            _ => {
+                return Err(StoreError::Corrupt(format!(
+                    "resource {} must have exactly one content",
+                    self.resource.uri
+                )));
+            }
+        };
+        Ok((self.resource.into_resource()?, content))
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct TemplateRow {
+    uri_template: String,
+    name: String,
+    title: Option<String>,
+    description: Option<String>,
+    mime_type: Option<String>,
+    annotations: Option<String>,
+    text: Option<String>,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl TemplateRow {
+    pub(super) fn into_template(self) -> StoreResult<ResourceTemplate> {
+        Ok(ResourceTemplate {
+            uri_template: self.uri_template,
+            name: self.name,
+            title: self.title,
+            description: self.description,
+            mime_type: self.mime_type,
+            annotations: from_json_opt(self.annotations.as_deref(), "annotations")?,
+            text: self.text,
+            created_at: Timestamp::from_micros(self.created_at),
+            updated_at: Timestamp::from_micros(self.updated_at),
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct PromptRow {
+    name: String,
+    title: Option<String>,
+    description: Option<String>,
+    arguments: String,
+    messages: String,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl PromptRow {
+    pub(super) fn into_prompt(self) -> StoreResult<Prompt> {
+        Ok(Prompt {
+            name: PromptName::parse(&self.name).map_err(|e| StoreError::Corrupt(e.0))?,
+            title: self.title,
+            description: self.description,
+            arguments: from_json(&self.arguments, "arguments")?,
+            messages: from_json(&self.messages, "messages")?,
+            created_at: Timestamp::from_micros(self.created_at),
+            updated_at: Timestamp::from_micros(self.updated_at),
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct EventRow {
+    agent_id: String,
+    seq: i64,
+    updated_uris: String,
+    resources_list_changed: bool,
+    prompts_list_changed: bool,
+    created_at: i64,
+}
+
+impl EventRow {
+    pub(super) fn into_event(self) -> StoreResult<ChangeEvent> {
+        Ok(ChangeEvent {
+            agent_id: agent_id(&self.agent_id)?,
+            seq: self.seq,
+            updated_uris: from_json(&self.updated_uris, "updated_uris")?,
+            resources_list_changed: self.resources_list_changed,
+            prompts_list_changed: self.prompts_list_changed,
+            created_at: Timestamp::from_micros(self.created_at),
+        })
+    }
+}
+
+/// Scopes as stored: comma-separated, e.g. `mcp,registry`.
+pub(super) fn scopes_text(scopes: &[Scope]) -> String {
+    scopes.iter().map(|scope| scope.as_str()).collect::<Vec<_>>().join(",")
+}
+
+fn parse_scopes(text: &str) -> StoreResult<Vec<Scope>> {
+    text.split(',')
+        .filter(|part| !part.is_empty())
+        .map(|part| Scope::parse(part).ok_or_else(|| StoreError::Corrupt(format!("unknown key scope {part:?}"))))
+        .collect()
+}
+
+/// A JSON column's text; `None` stays SQL null.
+pub(super) fn json_text(value: Option<&Value>) -> Option<String> {
+    value.map(Value::to_string)
+}
+
+/// The text of a JSON column that is never null.
+pub(super) fn json_string<T: Serialize>(value: &T) -> StoreResult<String> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(format!("cannot serialise a record: {e}")))
+}
+
+fn from_json<T: DeserializeOwned>(text: &str, column: &str) -> StoreResult<T> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("column {column} is not valid JSON: {e}")))
+}
+
+fn from_json_opt<T: DeserializeOwned>(text: Option<&str>, column: &str) -> StoreResult<Option<T>> {
+    text.map(|text| from_json(text, column)).transpose()
+}
+
+fn agent_id(value: &str) -> StoreResult<AgentId> {
+    AgentId::parse(value).map_err(|e| StoreError::Corrupt(e.0))
+}
+
+fn to_u32(value: i64, column: &str) -> StoreResult<u32> {
+    u32::try_from(value).map_err(|_| StoreError::Corrupt(format!("column {column} is out of range: {value}")))
+}
+
+fn to_u64(value: i64, column: &str) -> StoreResult<u64> {
+    u64::try_from(value).map_err(|_| StoreError::Corrupt(format!("column {column} is out of range: {value}")))
+}
+
+/// An unsigned count as the database keeps it (`bigint`); counts beyond `i64::MAX` cannot occur in practice
+/// and are clamped rather than wrapped.
+pub(super) fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// The audit digest of a record: hex SHA-256 of its JSON, followed by its content's bytes for resources
+/// (so a content change shows in the digest even when the listed fields stay the same).
+pub(super) fn record_digest<T: Serialize>(record: &T, content: Option<&Content>) -> String {
+    let mut hasher = Sha256::new();
+    // Serialising the domain records cannot fail: they hold strings, numbers and JSON values only.
+    hasher.update(serde_json::to_vec(record).unwrap_or_default());
+    match content {
+        Some(Content::Text(text)) => hasher.update(text.as_bytes()),
+        Some(Content::Blob(bytes)) => hasher.update(bytes),
+        None => {}
+    }
+    hex::encode(hasher.finalize())
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct AuditRow {
+    audit_id: String,
+    agent_id: String,
+    occurred_at: i64,
+    kind: String,
+    actor: String,
+    action: String,
+    target: String,
+    before_digest: Option<String>,
+    after_digest: Option<String>,
+    request_id: Option<String>,
+    key_id: Option<String>,
+    key_prefix: Option<String>,
+    session_id: Option<String>,
+    method: Option<String>,
+    outcome: Option<String>,
+    error_code: Option<i32>,
+    bytes_out: Option<i64>,
+    latency_us: Option<i64>,
+    client_ip: Option<String>,
+    user_agent: Option<String>,
+    trace_id: Option<String>,
+}
+
+impl AuditRow {
+    pub(super) fn into_record(self) -> AuditRecord {
+        AuditRecord {
+            id: self.audit_id,
+            agent_id: self.agent_id,
+            occurred_at: Timestamp::from_micros(self.occurred_at),
+            kind: self.kind,
+            actor: self.actor,
+            action: self.action,
+            target: self.target,
+            before_digest: self.before_digest,
+            after_digest: self.after_digest,
+            request_id: self.request_id,
+            key_id: self.key_id,
+            key_prefix: self.key_prefix,
+            session_id: self.session_id,
+            method: self.method,
+            outcome: self.outcome,
+            error_code: self.error_code,
+            bytes_out: self.bytes_out,
+            latency_us: self.latency_us,
+            client_ip: self.client_ip,
+            user_agent: self.user_agent,
+            trace_id: self.trace_id,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_round_trip() {
+        let scopes = vec![Scope::Mcp, Scope::Registry];
+        assert_eq!(scopes_text(&scopes), "mcp,registry");
+        assert_eq!(parse_scopes("mcp,registry").ok(), Some(scopes));
+        assert_eq!(parse_scopes("").ok(), Some(vec![]));
+        assert!(parse_scopes("mcp,root").is_err());
+    }
+
+    #[test]
+    fn digests_cover_content() {
+        let a = record_digest(&"record", Some(&Content::Text("one".into())));
+        let b = record_digest(&"record", Some(&Content::Text("two".into())));
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 64);
+    }
+}

@@ -1,0 +1,434 @@
+//! The SQL both backends share, and the one implementation of [`Store`](super::Store) they both expand.
+//!
+//! SQLite and PostgreSQL accept the same statements here: `$n` placeholders, `returning`, `on conflict`,
+//! row-value comparisons. Ordering is bytewise in both (PostgreSQL's key columns are `collate "C"`). So the
+//! whole store is written once, in [`impl_store!`] (the transaction helpers, here) and [`methods`] (the
+//! `impl Store` block), and each backend expands it for its own type, supplying only what really differs:
+//! pools, how a write transaction begins, how a commit is announced on the bus, and how errors are
+//! classified. Pure decisions (what a change announces, error classes, prefix ranges) are plain functions
+//! here, tested without a database.
+
+use std::collections::HashSet;
+
+use sqlx::error::{DatabaseError, ErrorKind};
+
+use super::StoreError;
+use crate::domain::model::Resource;
+
+/// The `impl Store` block itself.
+pub(super) mod methods;
+/// Sessions, subscriptions, the event head and retention: inherent methods the `impl Store` block delegates to.
+pub(super) mod sessions;
+
+/// What one registry change tells subscribers; becomes the change's event row.
+#[derive(Debug, Default)]
+pub(super) struct Change {
+    pub(super) updated_uris: Vec<String>,
+    pub(super) resources_list_changed: bool,
+    pub(super) prompts_list_changed: bool,
+    /// URIs already in `updated_uris`, so a batch names each URI once.
+    updated: HashSet<String>,
+    /// URIs the change created: a replace of one of them later in the same batch is still a creation.
+    created: HashSet<String>,
+}
+
+impl Change {
+    /// A change of the resource template list (templates are listed, so any change of one is a list change).
+    pub(super) fn templates_changed() -> Self {
+        Self { resources_list_changed: true, ..Self::default() }
+    }
+
+    /// Any prompt change: prompts are only announced as a list change.
+    pub(super) fn prompts_changed() -> Self {
+        Self { prompts_list_changed: true, ..Self::default() }
+    }
+
+    /// A resource was created (`before` is `None`) or replaced.
+    pub(super) fn resource_put(&mut self, before: Option<&Resource>, after: &Resource) {
+        let uri = after.uri.as_str();
+        match before {
+            None => {
+                self.resources_list_changed = true;
+                self.created.insert(uri.to_owned());
+            }
+            Some(before) => {
+                if listed_metadata_changed(before, after) {
+                    self.resources_list_changed = true;
+                }
+                if !self.created.contains(uri) {
+                    self.updated(uri);
+                }
+            }
+        }
+    }
+
+    pub(super) fn resource_deleted(&mut self, uri: &str) {
+        self.resources_list_changed = true;
+        self.updated(uri);
+    }
+
+    fn updated(&mut self, uri: &str) {
+        if self.updated.insert(uri.to_owned()) {
+            self.updated_uris.push(uri.to_owned());
+        }
+    }
+}
+
+/// Whether what `resources/list` shows of a resource differs.
+fn listed_metadata_changed(before: &Resource, after: &Resource) -> bool {
+    before.name != after.name
+        || before.title != after.title
+        || before.description != after.description
+        || before.mime_type != after.mime_type
+        || before.annotations != after.annotations
+        || before.meta != after.meta
+        || before.size != after.size
+}
+
+/// The smallest string greater than every string that starts with `prefix` (bytewise, which for UTF-8 is
+/// code point order), or `None` when there is none (an empty prefix).
+pub(super) fn prefix_upper_bound(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+/// Maps a driver error to what the caller can act on. `is_unavailable` is the backend's test for database
+/// errors that mean "the database cannot serve right now" (shutting down, overloaded, locked).
+pub(super) fn classify(error: sqlx::Error, is_unavailable: fn(&dyn DatabaseError) -> bool) -> StoreError {
+    use sqlx::Error as E;
+    match &error {
+        E::PoolTimedOut | E::PoolClosed | E::Io(_) | E::Tls(_) | E::Protocol(_) | E::WorkerCrashed => {
+            StoreError::Unavailable(error)
+        }
+        E::Database(db) if is_unavailable(db.as_ref()) => StoreError::Unavailable(error),
+        E::Database(db) if db.kind() == ErrorKind::UniqueViolation => StoreError::Conflict,
+        // Only inserts that name an agent can violate a foreign key: the agent does not exist.
+        E::Database(db) if db.kind() == ErrorKind::ForeignKeyViolation => StoreError::NotFound,
+        _ => StoreError::Database(error),
+    }
+}
+
+/// Maps a migration failure: a database error inside it is classified like any other.
+pub(super) fn classify_migration(
+    error: sqlx::migrate::MigrateError,
+    is_unavailable: fn(&dyn DatabaseError) -> bool,
+) -> StoreError {
+    match error {
+        sqlx::migrate::MigrateError::Execute(error) => classify(error, is_unavailable),
+        other => StoreError::Database(sqlx::Error::Migrate(Box::new(other))),
+    }
+}
+
+/// Columns of a resource as lists show it.
+macro_rules! resource_columns {
+    () => {
+        "uri, name, title, description, mime_type, size, annotations, meta, version, created_at, updated_at"
+    };
+}
+
+/// Columns of a resource with its content.
+macro_rules! resource_content_columns {
+    () => {
+        concat!(resource_columns!(), ", content_text, content_blob")
+    };
+}
+
+macro_rules! agent_columns {
+    () => {
+        "agent_id, name, description, rate_limit_rps, rate_limit_burst, cache_ttl_ms, epoch, created_at, updated_at"
+    };
+}
+
+macro_rules! key_columns {
+    () => {
+        "api_key_id, agent_id, name, prefix, scopes, created_at, expires_at, last_used_at, revoked_at"
+    };
+}
+
+macro_rules! template_columns {
+    () => {
+        "uri_template, name, title, description, mime_type, annotations, text, created_at, updated_at"
+    };
+}
+
+macro_rules! prompt_columns {
+    () => {
+        "name, title, description, arguments, messages, created_at, updated_at"
+    };
+}
+
+pub(super) use {
+    agent_columns, key_columns, prompt_columns, resource_columns, resource_content_columns, template_columns,
+};
+
+/// Expands the [`Store`](super::Store) implementation for a backend: `impl_store!(Type, Database, "name")`.
+///
+/// The backend's type provides, as inherent items:
+/// - `fn reader(&self) -> &sqlx::Pool<Db>` and `fn writer(&self) -> &sqlx::Pool<Db>`;
+/// - `async fn begin_write(&self) -> StoreResult<sqlx::Transaction<'static, Db>>`;
+/// - `async fn commit(&self, tx, messages: Vec<BusMessage>) -> StoreResult<()>`: commits and makes sure the
+///   messages reach every replica's bus exactly when the change is visible;
+/// - `async fn run_migrations(&self) -> StoreResult<()>`;
+/// - `fn error(error: sqlx::Error) -> StoreError`.
+macro_rules! impl_store {
+    ($store:ty, $db:ty, $backend:literal) => {
+        const _: () = {
+            use $crate::domain::model::{
+                Actor, Agent, AgentPatch, AuditFilter, AuditRecord, ChangeEvent, Content, KeyRecord, NewAgent, NewKey,
+                NewPrompt, NewResource, NewResourceTemplate, Prompt, Resource, ResourceTemplate,
+            };
+            use $crate::domain::session::{Pruned, Session, SessionDigest};
+            use $crate::domain::time::Timestamp;
+            use $crate::domain::{AgentId, PromptName, ResourceUri};
+            use $crate::events::BusMessage;
+            use $crate::store::rows::{
+                AgentRow, AuditRow, EventRow, KeyRow, PromptRow, ResourceContentRow, ResourceRow, TemplateRow,
+                json_string, json_text, record_digest, scopes_text, to_i64,
+            };
+            use $crate::store::sql::sessions::{PRUNE_BATCH, SessionRow};
+            use $crate::store::sql::{
+                Change, agent_columns, key_columns, prefix_upper_bound, prompt_columns, resource_columns,
+                resource_content_columns, template_columns,
+            };
+            use $crate::store::{After, BatchOutcome, Store, StoreError, StoreResult, Upserted};
+
+            type Tx = sqlx::Transaction<'static, $db>;
+
+            /// One audit row of an admin change.
+            struct Audit<'a> {
+                agent: &'a AgentId,
+                actor: &'a Actor,
+                action: &'static str,
+                target: &'a str,
+                before: Option<String>,
+                after: Option<String>,
+            }
+
+            /// Statements used inside write transactions.
+            impl $store {
+                /// The first statement of every registry change: bumps the agent's event sequence, which
+                /// also locks the agent's row (PostgreSQL) so the agent's changes commit in sequence order.
+                async fn next_seq(tx: &mut Tx, agent: &AgentId) -> StoreResult<i64> {
+                    sqlx::query_scalar::<$db, i64>(
+                        "update agent set event_seq = event_seq + 1 where agent_id = $1 returning event_seq",
+                    )
+                    .bind(agent.as_str())
+                    .fetch_optional(&mut **tx)
+                    .await
+                    .map_err(Self::error)?
+                    .ok_or(StoreError::NotFound)
+                }
+
+                async fn insert_event(
+                    tx: &mut Tx,
+                    agent: &AgentId,
+                    seq: i64,
+                    change: &Change,
+                    now: Timestamp,
+                ) -> StoreResult<()> {
+                    sqlx::query(
+                        "insert into event (agent_id, seq, updated_uris, resources_list_changed, \
+                         prompts_list_changed, created_at, updated_at) values ($1, $2, $3, $4, $5, $6, $6)",
+                    )
+                    .bind(agent.as_str())
+                    .bind(seq)
+                    .bind(json_string(&change.updated_uris)?)
+                    .bind(change.resources_list_changed)
+                    .bind(change.prompts_list_changed)
+                    .bind(now.as_micros())
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(Self::error)?;
+                    Ok(())
+                }
+
+                async fn insert_audit(tx: &mut Tx, audit: Audit<'_>, now: Timestamp) -> StoreResult<()> {
+                    sqlx::query(
+                        "insert into audit (audit_id, agent_id, occurred_at, kind, actor, action, target, \
+                         before_digest, after_digest, request_id, created_at, updated_at) \
+                         values ($1, $2, $3, 'admin', $4, $5, $6, $7, $8, $9, $3, $3)",
+                    )
+                    .bind(uuid::Uuid::now_v7().to_string())
+                    .bind(audit.agent.as_str())
+                    .bind(now.as_micros())
+                    .bind(audit.actor.name.as_str())
+                    .bind(audit.action)
+                    .bind(audit.target)
+                    .bind(audit.before)
+                    .bind(audit.after)
+                    .bind(audit.actor.request_id.as_deref())
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(Self::error)?;
+                    Ok(())
+                }
+
+                /// A registry change's bookkeeping: its event row, then the commit that announces it.
+                async fn finish_change(
+                    &self,
+                    mut tx: Tx,
+                    agent: &AgentId,
+                    seq: i64,
+                    change: &Change,
+                    now: Timestamp,
+                ) -> StoreResult<()> {
+                    Self::insert_event(&mut tx, agent, seq, change, now).await?;
+                    self.commit(tx, vec![BusMessage::Change { agent: agent.to_string(), seq }]).await
+                }
+
+                async fn resource_in(
+                    tx: &mut Tx,
+                    agent: &AgentId,
+                    uri: &str,
+                ) -> StoreResult<Option<(Resource, Content)>> {
+                    sqlx::query_as::<$db, ResourceContentRow>(concat!(
+                        "select ",
+                        resource_content_columns!(),
+                        " from resource where agent_id = $1 and uri = $2"
+                    ))
+                    .bind(agent.as_str())
+                    .bind(uri)
+                    .fetch_optional(&mut **tx)
+                    .await
+                    .map_err(Self::error)?
+                    .map(ResourceContentRow::into_parts)
+                    .transpose()
+                }
+
+                /// Creates or replaces one resource and writes its audit row; returns the stored resource
+                /// and the one it replaced.
+                async fn upsert_resource_in(
+                    tx: &mut Tx,
+                    agent: &AgentId,
+                    new: &NewResource,
+                    actor: &Actor,
+                    now: Timestamp,
+                ) -> StoreResult<(Option<Resource>, Resource)> {
+                    let before = Self::resource_in(tx, agent, new.uri.as_str()).await?;
+                    let after = Resource {
+                        uri: new.uri.clone(),
+                        name: new.name.clone(),
+                        title: new.title.clone(),
+                        description: new.description.clone(),
+                        mime_type: new.mime_type.clone(),
+                        size: new.content.size(),
+                        annotations: new.annotations.clone(),
+                        meta: new.meta.clone(),
+                        version: before.as_ref().map_or(1, |(old, _)| old.version + 1),
+                        created_at: before.as_ref().map_or(now, |(old, _)| old.created_at),
+                        updated_at: now,
+                    };
+                    let (text, blob) = match &new.content {
+                        Content::Text(text) => (Some(text.as_str()), None),
+                        Content::Blob(bytes) => (None, Some(bytes.as_slice())),
+                    };
+                    let statement = if before.is_some() {
+                        "update resource set name = $3, title = $4, description = $5, mime_type = $6, \
+                         content_text = $7, content_blob = $8, size = $9, annotations = $10, meta = $11, \
+                         version = $12, updated_at = $14 where agent_id = $1 and uri = $2"
+                    } else {
+                        "insert into resource (agent_id, uri, name, title, description, mime_type, content_text, \
+                         content_blob, size, annotations, meta, version, created_at, updated_at) \
+                         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+                    };
+                    sqlx::query::<$db>(statement)
+                        .bind(agent.as_str())
+                        .bind(after.uri.as_str())
+                        .bind(after.name.as_str())
+                        .bind(after.title.as_deref())
+                        .bind(after.description.as_deref())
+                        .bind(after.mime_type.as_deref())
+                        .bind(text)
+                        .bind(blob)
+                        .bind(to_i64(after.size))
+                        .bind(json_text(after.annotations.as_ref()))
+                        .bind(json_text(after.meta.as_ref()))
+                        .bind(after.version)
+                        .bind(after.created_at.as_micros())
+                        .bind(now.as_micros())
+                        .execute(&mut **tx)
+                        .await
+                        .map_err(Self::error)?;
+                    let audit = Audit {
+                        agent,
+                        actor,
+                        action: "resource.put",
+                        target: after.uri.as_str(),
+                        before: before.as_ref().map(|(old, content)| record_digest(old, Some(content))),
+                        after: Some(record_digest(&after, Some(&new.content))),
+                    };
+                    Self::insert_audit(tx, audit, now).await?;
+                    Ok((before.map(|(old, _)| old), after))
+                }
+
+                /// Deletes one resource and writes its audit row; `NotFound` when it does not exist.
+                async fn delete_resource_in(
+                    tx: &mut Tx,
+                    agent: &AgentId,
+                    uri: &ResourceUri,
+                    actor: &Actor,
+                    now: Timestamp,
+                ) -> StoreResult<()> {
+                    let (before, content) =
+                        Self::resource_in(tx, agent, uri.as_str()).await?.ok_or(StoreError::NotFound)?;
+                    sqlx::query::<$db>("delete from resource where agent_id = $1 and uri = $2")
+                        .bind(agent.as_str())
+                        .bind(uri.as_str())
+                        .execute(&mut **tx)
+                        .await
+                        .map_err(Self::error)?;
+                    let audit = Audit {
+                        agent,
+                        actor,
+                        action: "resource.delete",
+                        target: uri.as_str(),
+                        before: Some(record_digest(&before, Some(&content))),
+                        after: None,
+                    };
+                    Self::insert_audit(tx, audit, now).await
+                }
+
+                async fn agent_in(tx: &mut Tx, id: &AgentId) -> StoreResult<Option<Agent>> {
+                    // A no-op update rather than `select ... for update` (which SQLite lacks): it locks the
+                    // row in PostgreSQL, so two concurrent patches cannot lose each other's fields.
+                    sqlx::query_as::<$db, AgentRow>(concat!(
+                        "update agent set updated_at = updated_at where agent_id = $1 returning ",
+                        agent_columns!()
+                    ))
+                    .bind(id.as_str())
+                    .fetch_optional(&mut **tx)
+                    .await
+                    .map_err(Self::error)?
+                    .map(AgentRow::into_agent)
+                    .transpose()
+                }
+            }
+
+            $crate::store::sql::sessions::impl_session_sql!($store, $db);
+            $crate::store::sql::methods::impl_store_methods!($store, $db, $backend);
+        };
+    };
+}
+
+pub(super) use impl_store;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upper_bounds_are_successors() {
+        assert_eq!(prefix_upper_bound("docs://a/").as_deref(), Some("docs://a0"));
+        assert_eq!(prefix_upper_bound("a\u{10FFFF}").as_deref(), Some("b"));
+        assert_eq!(prefix_upper_bound("\u{D7FF}").as_deref(), Some("\u{E000}"));
+        assert_eq!(prefix_upper_bound(""), None);
+        assert_eq!(prefix_upper_bound("\u{10FFFF}"), None);
+    }
+}

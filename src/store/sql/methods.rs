@@ -1,0 +1,835 @@
+//! The [`Store`](crate::store::Store) methods, written once for both backends.
+//!
+//! Expanded by [`impl_store!`](super::impl_store) inside its scope, where the domain types, the row types,
+//! the transaction helpers and the backend's hooks are in scope. Every mutating method runs in one write
+//! transaction: registry changes bump the agent's sequence first, write the change, its audit row(s) and its
+//! event row, and commit through the backend, which announces the change on the bus.
+
+/// The `impl Store` block; see the module documentation.
+macro_rules! impl_store_methods {
+    ($store:ty, $db:ty, $backend:literal) => {
+        #[async_trait::async_trait]
+        impl Store for $store {
+            async fn migrate(&self) -> StoreResult<()> {
+                self.run_migrations().await
+            }
+
+            async fn ping(&self) -> StoreResult<()> {
+                sqlx::query::<$db>("select 1").execute(self.reader()).await.map_err(Self::error)?;
+                Ok(())
+            }
+
+            fn backend(&self) -> &'static str {
+                $backend
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn list_audit(
+                &self,
+                filter: &AuditFilter,
+                after: After<'_>,
+                limit: u32,
+            ) -> StoreResult<Vec<AuditRecord>> {
+                // Keyset pagination on (occurred_at, audit_id), newest first; each filter is off when null.
+                sqlx::query_as::<$db, AuditRow>(
+                    "select audit_id, agent_id, occurred_at, kind, actor, action, target, before_digest, \
+                     after_digest, request_id, key_id, key_prefix, session_id, method, outcome, error_code, \
+                     bytes_out, latency_us, client_ip, user_agent, trace_id from audit \
+                     where ($1 is null or agent_id = $1) \
+                     and ($2 is null or occurred_at >= $2) \
+                     and ($3 is null or occurred_at < $3) \
+                     and ($4 is null or coalesce(method, action) = $4) \
+                     and ($5 is null or (occurred_at, audit_id) < \
+                          (select occurred_at, audit_id from audit where audit_id = $5)) \
+                     order by occurred_at desc, audit_id desc limit $6",
+                )
+                .bind(filter.agent.as_ref().map(AgentId::as_str))
+                .bind(filter.since.map(Timestamp::as_micros))
+                .bind(filter.until.map(Timestamp::as_micros))
+                .bind(filter.method.as_deref())
+                .bind(after)
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await
+                .map_err(Self::error)
+                .map(|rows| rows.into_iter().map(AuditRow::into_record).collect())
+            }
+
+            async fn announce(&self, message: BusMessage) -> StoreResult<()> {
+                let tx = self.begin_write().await?;
+                self.commit(tx, vec![message]).await
+            }
+
+            #[tracing::instrument(skip_all, fields(setting = name))]
+            async fn get_setting(&self, name: &str) -> StoreResult<Option<String>> {
+                sqlx::query_scalar::<$db, String>("select value from setting where name = $1")
+                    .bind(name)
+                    .fetch_optional(self.reader())
+                    .await
+                    .map_err(Self::error)
+            }
+
+            #[tracing::instrument(skip_all, fields(setting = name))]
+            async fn init_setting(&self, name: &str, value: &str) -> StoreResult<String> {
+                let now = Timestamp::now().as_micros();
+                sqlx::query::<$db>(
+                    "insert into setting (name, value, created_at, updated_at) values ($1, $2, $3, $3) \
+                     on conflict (name) do nothing",
+                )
+                .bind(name)
+                .bind(value)
+                .bind(now)
+                .execute(self.writer())
+                .await
+                .map_err(Self::error)?;
+                sqlx::query_scalar::<$db, String>("select value from setting where name = $1")
+                    .bind(name)
+                    .fetch_one(self.writer())
+                    .await
+                    .map_err(Self::error)
+            }
+
+            #[tracing::instrument(skip_all, fields(setting = name))]
+            async fn put_setting(&self, name: &str, value: &str) -> StoreResult<()> {
+                let now = Timestamp::now().as_micros();
+                sqlx::query::<$db>(
+                    "insert into setting (name, value, created_at, updated_at) values ($1, $2, $3, $3) \
+                     on conflict (name) do update set value = excluded.value, updated_at = excluded.updated_at",
+                )
+                .bind(name)
+                .bind(value)
+                .bind(now)
+                .execute(self.writer())
+                .await
+                .map_err(Self::error)?;
+                Ok(())
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent.id))]
+            async fn create_agent(&self, agent: &NewAgent, actor: &Actor) -> StoreResult<Agent> {
+                let now = Timestamp::now();
+                let created = Agent {
+                    id: agent.id.clone(),
+                    name: agent.name.clone(),
+                    description: agent.description.clone(),
+                    rate_limit: agent.rate_limit,
+                    cache_ttl_ms: agent.cache_ttl_ms,
+                    epoch: rand::random_range(1..=i64::MAX),
+                    created_at: now,
+                    updated_at: now,
+                };
+                let mut tx = self.begin_write().await?;
+                sqlx::query::<$db>(
+                    "insert into agent (agent_id, name, description, rate_limit_rps, rate_limit_burst, \
+                     cache_ttl_ms, epoch, event_seq, created_at, updated_at) \
+                     values ($1, $2, $3, $4, $5, $6, $7, 0, $8, $8)",
+                )
+                .bind(created.id.as_str())
+                .bind(created.name.as_str())
+                .bind(created.description.as_deref())
+                .bind(created.rate_limit.map(|limit| i64::from(limit.requests_per_second)))
+                .bind(created.rate_limit.map(|limit| i64::from(limit.burst)))
+                .bind(created.cache_ttl_ms.map(to_i64))
+                .bind(created.epoch)
+                .bind(now.as_micros())
+                .execute(&mut *tx)
+                .await
+                .map_err(Self::error)?;
+                let audit = Audit {
+                    agent: &created.id,
+                    actor,
+                    action: "agent.create",
+                    target: created.id.as_str(),
+                    before: None,
+                    after: Some(record_digest(&created, None)),
+                };
+                Self::insert_audit(&mut tx, audit, now).await?;
+                self.commit(tx, vec![BusMessage::AgentChanged { agent: created.id.to_string() }]).await?;
+                Ok(created)
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %id))]
+            async fn get_agent(&self, id: &AgentId) -> StoreResult<Option<Agent>> {
+                sqlx::query_as::<$db, AgentRow>(concat!(
+                    "select ",
+                    agent_columns!(),
+                    " from agent where agent_id = $1"
+                ))
+                .bind(id.as_str())
+                .fetch_optional(self.reader())
+                .await
+                .map_err(Self::error)?
+                .map(AgentRow::into_agent)
+                .transpose()
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn list_agents(&self, after: After<'_>, limit: u32) -> StoreResult<Vec<Agent>> {
+                // Every id is non-empty, so `> ''` is the first page.
+                sqlx::query_as::<$db, AgentRow>(concat!(
+                    "select ",
+                    agent_columns!(),
+                    " from agent where agent_id > $1 order by agent_id limit $2"
+                ))
+                .bind(after.unwrap_or(""))
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await
+                .map_err(Self::error)?
+                .into_iter()
+                .map(AgentRow::into_agent)
+                .collect()
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %id))]
+            async fn update_agent(&self, id: &AgentId, patch: &AgentPatch, actor: &Actor) -> StoreResult<Agent> {
+                let now = Timestamp::now();
+                let mut tx = self.begin_write().await?;
+                let before = Self::agent_in(&mut tx, id).await?.ok_or(StoreError::NotFound)?;
+                let mut after = before.clone();
+                if let Some(name) = &patch.name {
+                    after.name = name.clone();
+                }
+                if let Some(description) = &patch.description {
+                    after.description = description.clone();
+                }
+                if let Some(rate_limit) = patch.rate_limit {
+                    after.rate_limit = rate_limit;
+                }
+                if let Some(cache_ttl_ms) = patch.cache_ttl_ms {
+                    after.cache_ttl_ms = cache_ttl_ms;
+                }
+                after.updated_at = now;
+                sqlx::query::<$db>(
+                    "update agent set name = $2, description = $3, rate_limit_rps = $4, rate_limit_burst = $5, \
+                     cache_ttl_ms = $6, updated_at = $7 where agent_id = $1",
+                )
+                .bind(id.as_str())
+                .bind(after.name.as_str())
+                .bind(after.description.as_deref())
+                .bind(after.rate_limit.map(|limit| i64::from(limit.requests_per_second)))
+                .bind(after.rate_limit.map(|limit| i64::from(limit.burst)))
+                .bind(after.cache_ttl_ms.map(to_i64))
+                .bind(now.as_micros())
+                .execute(&mut *tx)
+                .await
+                .map_err(Self::error)?;
+                let audit = Audit {
+                    agent: id,
+                    actor,
+                    action: "agent.update",
+                    target: id.as_str(),
+                    before: Some(record_digest(&before, None)),
+                    after: Some(record_digest(&after, None)),
+                };
+                Self::insert_audit(&mut tx, audit, now).await?;
+                self.commit(tx, vec![BusMessage::AgentChanged { agent: id.to_string() }]).await?;
+                Ok(after)
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %id))]
+            async fn delete_agent(&self, id: &AgentId, actor: &Actor) -> StoreResult<()> {
+                let now = Timestamp::now();
+                let mut tx = self.begin_write().await?;
+                // Keys, registry and events go with the agent (`on delete cascade`); audit records stay.
+                let before = sqlx::query_as::<$db, AgentRow>(concat!(
+                    "delete from agent where agent_id = $1 returning ",
+                    agent_columns!()
+                ))
+                .bind(id.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(Self::error)?
+                .ok_or(StoreError::NotFound)?
+                .into_agent()?;
+                let audit = Audit {
+                    agent: id,
+                    actor,
+                    action: "agent.delete",
+                    target: id.as_str(),
+                    before: Some(record_digest(&before, None)),
+                    after: None,
+                };
+                Self::insert_audit(&mut tx, audit, now).await?;
+                self.commit(tx, vec![BusMessage::AgentDeleted { agent: id.to_string() }]).await
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %key.agent_id, key = %key.id))]
+            async fn create_key(&self, key: &NewKey, actor: &Actor) -> StoreResult<KeyRecord> {
+                let now = Timestamp::now();
+                let record = KeyRecord {
+                    id: key.id.clone(),
+                    agent_id: key.agent_id.clone(),
+                    name: key.name.clone(),
+                    prefix: key.prefix.clone(),
+                    scopes: key.scopes.clone(),
+                    created_at: now,
+                    expires_at: key.expires_at,
+                    last_used_at: None,
+                    revoked_at: None,
+                };
+                let mut tx = self.begin_write().await?;
+                // An unknown agent violates the foreign key: `NotFound`.
+                sqlx::query::<$db>(
+                    "insert into api_key (api_key_id, agent_id, name, prefix, digest, scopes, created_at, \
+                     updated_at, expires_at) values ($1, $2, $3, $4, $5, $6, $7, $7, $8)",
+                )
+                .bind(record.id.as_str())
+                .bind(record.agent_id.as_str())
+                .bind(record.name.as_deref())
+                .bind(record.prefix.as_str())
+                .bind(key.digest.as_str())
+                .bind(scopes_text(&record.scopes))
+                .bind(now.as_micros())
+                .bind(record.expires_at.map(Timestamp::as_micros))
+                .execute(&mut *tx)
+                .await
+                .map_err(Self::error)?;
+                let audit = Audit {
+                    agent: &record.agent_id,
+                    actor,
+                    action: "key.create",
+                    target: record.id.as_str(),
+                    before: None,
+                    after: Some(record_digest(&record, None)),
+                };
+                Self::insert_audit(&mut tx, audit, now).await?;
+                self.commit(tx, Vec::new()).await?;
+                Ok(record)
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent))]
+            async fn list_keys(&self, agent: &AgentId, after: After<'_>, limit: u32) -> StoreResult<Vec<KeyRecord>> {
+                sqlx::query_as::<$db, KeyRow>(concat!(
+                    "select ",
+                    key_columns!(),
+                    " from api_key where agent_id = $1 and ($2 is null or (created_at, api_key_id) > \
+                     (select k.created_at, k.api_key_id from api_key k where k.api_key_id = $2)) \
+                     order by created_at, api_key_id limit $3"
+                ))
+                .bind(agent.as_str())
+                .bind(after)
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await
+                .map_err(Self::error)?
+                .into_iter()
+                .map(KeyRow::into_key)
+                .collect()
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent, key = key_id))]
+            async fn revoke_key(&self, agent: &AgentId, key_id: &str, actor: &Actor) -> StoreResult<()> {
+                let now = Timestamp::now();
+                let mut tx = self.begin_write().await?;
+                // A second revocation keeps the first `revoked_at`.
+                let after = sqlx::query_as::<$db, KeyRow>(concat!(
+                    "update api_key set revoked_at = coalesce(revoked_at, $3), updated_at = $3 \
+                     where api_key_id = $1 and agent_id = $2 returning ",
+                    key_columns!()
+                ))
+                .bind(key_id)
+                .bind(agent.as_str())
+                .bind(now.as_micros())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(Self::error)?
+                .ok_or(StoreError::NotFound)?
+                .into_key()?;
+                let before = KeyRecord { revoked_at: None, ..after.clone() };
+                let audit = Audit {
+                    agent,
+                    actor,
+                    action: "key.revoke",
+                    target: key_id,
+                    before: Some(record_digest(&before, None)),
+                    after: Some(record_digest(&after, None)),
+                };
+                Self::insert_audit(&mut tx, audit, now).await?;
+                let revoked = BusMessage::KeyRevoked { agent: agent.to_string(), key: key_id.to_owned() };
+                self.commit(tx, vec![revoked]).await
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn find_key(&self, digest_hex: &str) -> StoreResult<Option<KeyRecord>> {
+                sqlx::query_as::<$db, KeyRow>(concat!("select ", key_columns!(), " from api_key where digest = $1"))
+                    .bind(digest_hex)
+                    .fetch_optional(self.reader())
+                    .await
+                    .map_err(Self::error)?
+                    .map(KeyRow::into_key)
+                    .transpose()
+            }
+
+            #[tracing::instrument(skip_all, fields(key = key_id))]
+            async fn touch_key(&self, key_id: &str) -> StoreResult<()> {
+                // Use is not an edit: `updated_at` stays, and no audit row is written.
+                sqlx::query::<$db>("update api_key set last_used_at = $2 where api_key_id = $1")
+                    .bind(key_id)
+                    .bind(Timestamp::now().as_micros())
+                    .execute(self.writer())
+                    .await
+                    .map_err(Self::error)?;
+                Ok(())
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent, uri = %resource.uri))]
+            async fn put_resource(
+                &self,
+                agent: &AgentId,
+                resource: &NewResource,
+                actor: &Actor,
+            ) -> StoreResult<Upserted<Resource>> {
+                let now = Timestamp::now();
+                let mut tx = self.begin_write().await?;
+                let seq = Self::next_seq(&mut tx, agent).await?;
+                let (before, after) = Self::upsert_resource_in(&mut tx, agent, resource, actor, now).await?;
+                let mut change = Change::default();
+                change.resource_put(before.as_ref(), &after);
+                self.finish_change(tx, agent, seq, &change, now).await?;
+                Ok(Upserted { item: after, created: before.is_none() })
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent, upserts = upserts.len(), deletes = deletes.len()))]
+            async fn batch_resources(
+                &self,
+                agent: &AgentId,
+                upserts: &[NewResource],
+                deletes: &[ResourceUri],
+                actor: &Actor,
+            ) -> StoreResult<BatchOutcome> {
+                if upserts.is_empty() && deletes.is_empty() {
+                    // Nothing changes, so no event; the agent must still exist.
+                    return match self.get_agent(agent).await? {
+                        Some(_) => Ok(BatchOutcome::default()),
+                        None => Err(StoreError::NotFound),
+                    };
+                }
+                let now = Timestamp::now();
+                let mut tx = self.begin_write().await?;
+                let seq = Self::next_seq(&mut tx, agent).await?;
+                let mut change = Change::default();
+                let mut outcome = BatchOutcome::default();
+                for resource in upserts {
+                    let (before, after) = Self::upsert_resource_in(&mut tx, agent, resource, actor, now).await?;
+                    change.resource_put(before.as_ref(), &after);
+                    outcome.upserted.push(Upserted { item: after, created: before.is_none() });
+                }
+                for uri in deletes {
+                    // `NotFound` drops `tx`, which rolls the whole batch back.
+                    Self::delete_resource_in(&mut tx, agent, uri, actor, now).await?;
+                    change.resource_deleted(uri.as_str());
+                    outcome.deleted.push(uri.clone());
+                }
+                self.finish_change(tx, agent, seq, &change, now).await?;
+                Ok(outcome)
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent))]
+            async fn list_resources(
+                &self,
+                agent: &AgentId,
+                after: After<'_>,
+                limit: u32,
+            ) -> StoreResult<Vec<Resource>> {
+                // Every URI is non-empty, so `> ''` is the first page.
+                sqlx::query_as::<$db, ResourceRow>(concat!(
+                    "select ",
+                    resource_columns!(),
+                    " from resource where agent_id = $1 and uri > $2 order by uri limit $3"
+                ))
+                .bind(agent.as_str())
+                .bind(after.unwrap_or(""))
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await
+                .map_err(Self::error)?
+                .into_iter()
+                .map(ResourceRow::into_resource)
+                .collect()
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent, uri = uri))]
+            async fn get_resource(&self, agent: &AgentId, uri: &str) -> StoreResult<Option<(Resource, Content)>> {
+                sqlx::query_as::<$db, ResourceContentRow>(concat!(
+                    "select ",
+                    resource_content_columns!(),
+                    " from resource where agent_id = $1 and uri = $2"
+                ))
+                .bind(agent.as_str())
+                .bind(uri)
+                .fetch_optional(self.reader())
+                .await
+                .map_err(Self::error)?
+                .map(ResourceContentRow::into_parts)
+                .transpose()
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent))]
+            async fn directory_children(
+                &self,
+                agent: &AgentId,
+                prefix: &str,
+                limit: u32,
+            ) -> StoreResult<Vec<Resource>> {
+                // A range on the primary key, `(prefix, successor of prefix)`, narrowed in SQL to URIs with no
+                // further `/` after the prefix, so deeper resources neither cost nor crowd out children.
+                let Some(upper) = prefix_upper_bound(prefix) else {
+                    return Ok(Vec::new());
+                };
+                let rest_from = i32::try_from(prefix.chars().count() + 1)
+                    .map_err(|_| StoreError::Corrupt("directory prefix too long".to_owned()))?;
+                sqlx::query_as::<$db, ResourceRow>(concat!(
+                    "select ",
+                    resource_columns!(),
+                    " from resource where agent_id = $1 and uri > $2 and uri < $3 \
+                      and substr(uri, $4) not like '%/%' order by uri limit $5"
+                ))
+                .bind(agent.as_str())
+                .bind(prefix)
+                .bind(upper)
+                .bind(rest_from)
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await
+                .map_err(Self::error)?
+                .into_iter()
+                .map(ResourceRow::into_resource)
+                .collect()
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent, uri = %uri))]
+            async fn delete_resource(&self, agent: &AgentId, uri: &ResourceUri, actor: &Actor) -> StoreResult<()> {
+                let now = Timestamp::now();
+                let mut tx = self.begin_write().await?;
+                let seq = Self::next_seq(&mut tx, agent).await?;
+                Self::delete_resource_in(&mut tx, agent, uri, actor, now).await?;
+                let mut change = Change::default();
+                change.resource_deleted(uri.as_str());
+                self.finish_change(tx, agent, seq, &change, now).await
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent, uri_template = %template.uri_template))]
+            async fn put_template(
+                &self,
+                agent: &AgentId,
+                template: &NewResourceTemplate,
+                actor: &Actor,
+            ) -> StoreResult<Upserted<ResourceTemplate>> {
+                let now = Timestamp::now();
+                let mut tx = self.begin_write().await?;
+                let seq = Self::next_seq(&mut tx, agent).await?;
+                let before = sqlx::query_as::<$db, TemplateRow>(concat!(
+                    "select ",
+                    template_columns!(),
+                    " from resource_template where agent_id = $1 and uri_template = $2"
+                ))
+                .bind(agent.as_str())
+                .bind(template.uri_template.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(Self::error)?
+                .map(TemplateRow::into_template)
+                .transpose()?;
+                let after = ResourceTemplate {
+                    uri_template: template.uri_template.clone(),
+                    name: template.name.clone(),
+                    title: template.title.clone(),
+                    description: template.description.clone(),
+                    mime_type: template.mime_type.clone(),
+                    annotations: template.annotations.clone(),
+                    text: template.text.clone(),
+                    created_at: before.as_ref().map_or(now, |old| old.created_at),
+                    updated_at: now,
+                };
+                let statement = if before.is_some() {
+                    "update resource_template set name = $3, title = $4, description = $5, mime_type = $6, \
+                     annotations = $7, text = $8, updated_at = $10 where agent_id = $1 and uri_template = $2"
+                } else {
+                    "insert into resource_template (agent_id, uri_template, name, title, description, mime_type, \
+                     annotations, text, created_at, updated_at) values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                };
+                sqlx::query::<$db>(statement)
+                    .bind(agent.as_str())
+                    .bind(after.uri_template.as_str())
+                    .bind(after.name.as_str())
+                    .bind(after.title.as_deref())
+                    .bind(after.description.as_deref())
+                    .bind(after.mime_type.as_deref())
+                    .bind(json_text(after.annotations.as_ref()))
+                    .bind(after.text.as_deref())
+                    .bind(after.created_at.as_micros())
+                    .bind(now.as_micros())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(Self::error)?;
+                let audit = Audit {
+                    agent,
+                    actor,
+                    action: "template.put",
+                    target: after.uri_template.as_str(),
+                    before: before.as_ref().map(|old| record_digest(old, None)),
+                    after: Some(record_digest(&after, None)),
+                };
+                Self::insert_audit(&mut tx, audit, now).await?;
+                let change = Change::templates_changed();
+                self.finish_change(tx, agent, seq, &change, now).await?;
+                Ok(Upserted { item: after, created: before.is_none() })
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent))]
+            async fn list_templates(
+                &self,
+                agent: &AgentId,
+                after: After<'_>,
+                limit: u32,
+            ) -> StoreResult<Vec<ResourceTemplate>> {
+                sqlx::query_as::<$db, TemplateRow>(concat!(
+                    "select ",
+                    template_columns!(),
+                    " from resource_template where agent_id = $1 and uri_template > $2 order by uri_template limit $3"
+                ))
+                .bind(agent.as_str())
+                .bind(after.unwrap_or(""))
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await
+                .map_err(Self::error)?
+                .into_iter()
+                .map(TemplateRow::into_template)
+                .collect()
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent, uri_template = uri_template))]
+            async fn delete_template(&self, agent: &AgentId, uri_template: &str, actor: &Actor) -> StoreResult<()> {
+                let now = Timestamp::now();
+                let mut tx = self.begin_write().await?;
+                let seq = Self::next_seq(&mut tx, agent).await?;
+                let before = sqlx::query_as::<$db, TemplateRow>(concat!(
+                    "delete from resource_template where agent_id = $1 and uri_template = $2 returning ",
+                    template_columns!()
+                ))
+                .bind(agent.as_str())
+                .bind(uri_template)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(Self::error)?
+                .ok_or(StoreError::NotFound)?
+                .into_template()?;
+                let audit = Audit {
+                    agent,
+                    actor,
+                    action: "template.delete",
+                    target: uri_template,
+                    before: Some(record_digest(&before, None)),
+                    after: None,
+                };
+                Self::insert_audit(&mut tx, audit, now).await?;
+                let change = Change::templates_changed();
+                self.finish_change(tx, agent, seq, &change, now).await
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent, prompt = %prompt.name))]
+            async fn put_prompt(
+                &self,
+                agent: &AgentId,
+                prompt: &NewPrompt,
+                actor: &Actor,
+            ) -> StoreResult<Upserted<Prompt>> {
+                let now = Timestamp::now();
+                let mut tx = self.begin_write().await?;
+                let seq = Self::next_seq(&mut tx, agent).await?;
+                let before = sqlx::query_as::<$db, PromptRow>(concat!(
+                    "select ",
+                    prompt_columns!(),
+                    " from prompt where agent_id = $1 and name = $2"
+                ))
+                .bind(agent.as_str())
+                .bind(prompt.name.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(Self::error)?
+                .map(PromptRow::into_prompt)
+                .transpose()?;
+                let after = Prompt {
+                    name: prompt.name.clone(),
+                    title: prompt.title.clone(),
+                    description: prompt.description.clone(),
+                    arguments: prompt.arguments.clone(),
+                    messages: prompt.messages.clone(),
+                    created_at: before.as_ref().map_or(now, |old| old.created_at),
+                    updated_at: now,
+                };
+                let statement = if before.is_some() {
+                    "update prompt set title = $3, description = $4, arguments = $5, messages = $6, updated_at = $8 \
+                     where agent_id = $1 and name = $2"
+                } else {
+                    "insert into prompt (agent_id, name, title, description, arguments, messages, created_at, \
+                     updated_at) values ($1, $2, $3, $4, $5, $6, $7, $8)"
+                };
+                sqlx::query::<$db>(statement)
+                    .bind(agent.as_str())
+                    .bind(after.name.as_str())
+                    .bind(after.title.as_deref())
+                    .bind(after.description.as_deref())
+                    .bind(json_string(&after.arguments)?)
+                    .bind(json_string(&after.messages)?)
+                    .bind(after.created_at.as_micros())
+                    .bind(now.as_micros())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(Self::error)?;
+                let audit = Audit {
+                    agent,
+                    actor,
+                    action: "prompt.put",
+                    target: after.name.as_str(),
+                    before: before.as_ref().map(|old| record_digest(old, None)),
+                    after: Some(record_digest(&after, None)),
+                };
+                Self::insert_audit(&mut tx, audit, now).await?;
+                let change = Change::prompts_changed();
+                self.finish_change(tx, agent, seq, &change, now).await?;
+                Ok(Upserted { item: after, created: before.is_none() })
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent))]
+            async fn list_prompts(&self, agent: &AgentId, after: After<'_>, limit: u32) -> StoreResult<Vec<Prompt>> {
+                sqlx::query_as::<$db, PromptRow>(concat!(
+                    "select ",
+                    prompt_columns!(),
+                    " from prompt where agent_id = $1 and name > $2 order by name limit $3"
+                ))
+                .bind(agent.as_str())
+                .bind(after.unwrap_or(""))
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await
+                .map_err(Self::error)?
+                .into_iter()
+                .map(PromptRow::into_prompt)
+                .collect()
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent, prompt = %name))]
+            async fn get_prompt(&self, agent: &AgentId, name: &PromptName) -> StoreResult<Option<Prompt>> {
+                sqlx::query_as::<$db, PromptRow>(concat!(
+                    "select ",
+                    prompt_columns!(),
+                    " from prompt where agent_id = $1 and name = $2"
+                ))
+                .bind(agent.as_str())
+                .bind(name.as_str())
+                .fetch_optional(self.reader())
+                .await
+                .map_err(Self::error)?
+                .map(PromptRow::into_prompt)
+                .transpose()
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent, prompt = %name))]
+            async fn delete_prompt(&self, agent: &AgentId, name: &PromptName, actor: &Actor) -> StoreResult<()> {
+                let now = Timestamp::now();
+                let mut tx = self.begin_write().await?;
+                let seq = Self::next_seq(&mut tx, agent).await?;
+                let before = sqlx::query_as::<$db, PromptRow>(concat!(
+                    "delete from prompt where agent_id = $1 and name = $2 returning ",
+                    prompt_columns!()
+                ))
+                .bind(agent.as_str())
+                .bind(name.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(Self::error)?
+                .ok_or(StoreError::NotFound)?
+                .into_prompt()?;
+                let audit = Audit {
+                    agent,
+                    actor,
+                    action: "prompt.delete",
+                    target: name.as_str(),
+                    before: Some(record_digest(&before, None)),
+                    after: None,
+                };
+                Self::insert_audit(&mut tx, audit, now).await?;
+                let change = Change::prompts_changed();
+                self.finish_change(tx, agent, seq, &change, now).await
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %session.agent_id, session = %session.digest))]
+            async fn create_session(&self, session: &Session) -> StoreResult<()> {
+                self.sql_create_session(session).await
+            }
+
+            #[tracing::instrument(skip_all, fields(session = %digest))]
+            async fn get_session(&self, digest: &SessionDigest) -> StoreResult<Option<Session>> {
+                self.sql_get_session(digest).await
+            }
+
+            #[tracing::instrument(skip_all, fields(session = %digest))]
+            async fn touch_session(&self, digest: &SessionDigest, at: Timestamp) -> StoreResult<()> {
+                self.sql_touch_session(digest, at).await
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent, session = %digest))]
+            async fn delete_session(&self, agent: &AgentId, digest: &SessionDigest) -> StoreResult<bool> {
+                self.sql_delete_session(agent, digest).await
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent, session = %digest))]
+            async fn subscribe(
+                &self,
+                agent: &AgentId,
+                digest: &SessionDigest,
+                uri: &ResourceUri,
+                limit: u32,
+            ) -> StoreResult<bool> {
+                self.sql_subscribe(agent, digest, uri, limit).await
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent, session = %digest))]
+            async fn unsubscribe(&self, agent: &AgentId, digest: &SessionDigest, uri: &str) -> StoreResult<()> {
+                self.sql_unsubscribe(agent, digest, uri).await
+            }
+
+            #[tracing::instrument(skip_all, fields(session = %digest))]
+            async fn subscriptions(&self, digest: &SessionDigest) -> StoreResult<Vec<String>> {
+                self.sql_subscriptions(digest).await
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent))]
+            async fn event_head(&self, agent: &AgentId) -> StoreResult<Option<(i64, i64)>> {
+                self.sql_event_head(agent).await
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn prune(
+                &self,
+                events_before: Timestamp,
+                keep_per_agent: u64,
+                sessions_idle_before: Timestamp,
+            ) -> StoreResult<Pruned> {
+                self.sql_prune(events_before, keep_per_agent, sessions_idle_before).await
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent, after_seq = after_seq))]
+            async fn events_after(&self, agent: &AgentId, after_seq: i64, limit: u32) -> StoreResult<Vec<ChangeEvent>> {
+                sqlx::query_as::<$db, EventRow>(
+                    "select agent_id, seq, updated_uris, resources_list_changed, prompts_list_changed, created_at \
+                     from event where agent_id = $1 and seq > $2 order by seq limit $3",
+                )
+                .bind(agent.as_str())
+                .bind(after_seq)
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await
+                .map_err(Self::error)?
+                .into_iter()
+                .map(EventRow::into_event)
+                .collect()
+            }
+        }
+    };
+}
+
+pub(in crate::store) use impl_store_methods;

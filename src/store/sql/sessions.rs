@@ -1,0 +1,247 @@
+//! The SQL of legacy sessions, their subscriptions, the event head and retention, written once for both
+//! backends.
+//!
+//! Expanded by [`impl_store!`](super::impl_store) as inherent methods of each backend's store; the
+//! [`Store`](crate::store::Store) methods of the same names delegate here (so the trait's `impl` block stays
+//! one block and this file stays about one subject). Writes that other replicas must know of (a session
+//! ended, a subscription added or removed) commit with their bus message, like registry changes do.
+
+use crate::domain::AgentId;
+use crate::domain::session::{Session, SessionDigest};
+use crate::domain::time::Timestamp;
+use crate::store::{StoreError, StoreResult};
+
+/// Rows deleted per statement while pruning, so that no prune holds locks (or SQLite's one writer) for long.
+pub(in crate::store) const PRUNE_BATCH: i64 = 1000;
+
+/// A session as the database returns it.
+#[derive(sqlx::FromRow)]
+pub(in crate::store) struct SessionRow {
+    session_id: String,
+    agent_id: String,
+    api_key_id: String,
+    protocol_version: String,
+    last_seen_at: i64,
+    created_at: i64,
+}
+
+impl SessionRow {
+    pub(in crate::store) fn into_session(self) -> StoreResult<Session> {
+        Ok(Session {
+            digest: SessionDigest::from_hex(&self.session_id)
+                .ok_or_else(|| StoreError::Corrupt(format!("session id {:?} is not a digest", self.session_id)))?,
+            agent_id: AgentId::parse(&self.agent_id).map_err(|e| StoreError::Corrupt(e.0))?,
+            key_id: self.api_key_id,
+            protocol_version: self.protocol_version,
+            last_seen_at: Timestamp::from_micros(self.last_seen_at),
+            created_at: Timestamp::from_micros(self.created_at),
+        })
+    }
+}
+
+/// Expands the session, subscription, event-head and pruning statements as inherent methods of `$store`.
+macro_rules! impl_session_sql {
+    ($store:ty, $db:ty) => {
+        impl $store {
+            async fn sql_create_session(&self, session: &Session) -> StoreResult<()> {
+                let mut tx = self.begin_write().await?;
+                // An agent or key that no longer exists violates a foreign key: `NotFound`.
+                sqlx::query::<$db>(
+                    "insert into session (session_id, agent_id, api_key_id, protocol_version, last_seen_at, \
+                     created_at, updated_at) values ($1, $2, $3, $4, $5, $6, $6)",
+                )
+                .bind(session.digest.as_str())
+                .bind(session.agent_id.as_str())
+                .bind(session.key_id.as_str())
+                .bind(session.protocol_version.as_str())
+                .bind(session.last_seen_at.as_micros())
+                .bind(session.created_at.as_micros())
+                .execute(&mut *tx)
+                .await
+                .map_err(Self::error)?;
+                self.commit(tx, Vec::new()).await
+            }
+
+            async fn sql_get_session(&self, digest: &SessionDigest) -> StoreResult<Option<Session>> {
+                sqlx::query_as::<$db, SessionRow>(
+                    "select session_id, agent_id, api_key_id, protocol_version, last_seen_at, created_at \
+                     from session where session_id = $1",
+                )
+                .bind(digest.as_str())
+                .fetch_optional(self.reader())
+                .await
+                .map_err(Self::error)?
+                .map(SessionRow::into_session)
+                .transpose()
+            }
+
+            async fn sql_touch_session(&self, digest: &SessionDigest, at: Timestamp) -> StoreResult<()> {
+                sqlx::query::<$db>(
+                    "update session set last_seen_at = $2, updated_at = $2 where session_id = $1 and last_seen_at < $2",
+                )
+                .bind(digest.as_str())
+                .bind(at.as_micros())
+                .execute(self.writer())
+                .await
+                .map_err(Self::error)?;
+                Ok(())
+            }
+
+            async fn sql_delete_session(&self, agent: &AgentId, digest: &SessionDigest) -> StoreResult<bool> {
+                let mut tx = self.begin_write().await?;
+                let deleted = sqlx::query::<$db>("delete from session where session_id = $1 and agent_id = $2")
+                    .bind(digest.as_str())
+                    .bind(agent.as_str())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(Self::error)?
+                    .rows_affected();
+                let messages = if deleted > 0 {
+                    vec![BusMessage::SessionEnded { agent: agent.to_string(), session: digest.as_str().to_owned() }]
+                } else {
+                    Vec::new()
+                };
+                self.commit(tx, messages).await?;
+                Ok(deleted > 0)
+            }
+
+            async fn sql_subscribe(
+                &self,
+                agent: &AgentId,
+                digest: &SessionDigest,
+                uri: &ResourceUri,
+                limit: u32,
+            ) -> StoreResult<bool> {
+                let now = Timestamp::now().as_micros();
+                let mut tx = self.begin_write().await?;
+                let held = sqlx::query_scalar::<$db, i64>(
+                    "select count(*) from session_subscription where session_id = $1 and uri <> $2",
+                )
+                .bind(digest.as_str())
+                .bind(uri.as_str())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(Self::error)?;
+                if held >= i64::from(limit) {
+                    return Ok(false);
+                }
+                // A session that ended meanwhile violates the foreign key: `NotFound`.
+                let added = sqlx::query::<$db>(
+                    "insert into session_subscription (session_id, uri, created_at, updated_at) \
+                     values ($1, $2, $3, $3) on conflict (session_id, uri) do nothing",
+                )
+                .bind(digest.as_str())
+                .bind(uri.as_str())
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(Self::error)?
+                .rows_affected();
+                let messages = if added > 0 {
+                    vec![BusMessage::Subscribed {
+                        agent: agent.to_string(),
+                        session: digest.as_str().to_owned(),
+                        uri: uri.as_str().to_owned(),
+                    }]
+                } else {
+                    Vec::new()
+                };
+                self.commit(tx, messages).await?;
+                Ok(true)
+            }
+
+            async fn sql_unsubscribe(&self, agent: &AgentId, digest: &SessionDigest, uri: &str) -> StoreResult<()> {
+                let mut tx = self.begin_write().await?;
+                let removed = sqlx::query::<$db>("delete from session_subscription where session_id = $1 and uri = $2")
+                    .bind(digest.as_str())
+                    .bind(uri)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(Self::error)?
+                    .rows_affected();
+                let messages = if removed > 0 {
+                    vec![BusMessage::Unsubscribed {
+                        agent: agent.to_string(),
+                        session: digest.as_str().to_owned(),
+                        uri: uri.to_owned(),
+                    }]
+                } else {
+                    Vec::new()
+                };
+                self.commit(tx, messages).await
+            }
+
+            async fn sql_subscriptions(&self, digest: &SessionDigest) -> StoreResult<Vec<String>> {
+                sqlx::query_scalar::<$db, String>(
+                    "select uri from session_subscription where session_id = $1 order by uri",
+                )
+                .bind(digest.as_str())
+                .fetch_all(self.reader())
+                .await
+                .map_err(Self::error)
+            }
+
+            async fn sql_event_head(&self, agent: &AgentId) -> StoreResult<Option<(i64, i64)>> {
+                sqlx::query_as::<$db, (i64, i64)>("select epoch, event_seq from agent where agent_id = $1")
+                    .bind(agent.as_str())
+                    .fetch_optional(self.reader())
+                    .await
+                    .map_err(Self::error)
+            }
+
+            /// Runs one bounded `delete` statement (`$1` = `value`, `$2` = the batch size) until a batch
+            /// deletes less than a full batch; returns how many rows went.
+            async fn sql_prune_batches(&self, statement: &'static str, value: i64) -> StoreResult<u64> {
+                let mut total = 0;
+                loop {
+                    let deleted = sqlx::query::<$db>(statement)
+                        .bind(value)
+                        .bind(PRUNE_BATCH)
+                        .execute(self.writer())
+                        .await
+                        .map_err(Self::error)?
+                        .rows_affected();
+                    total += deleted;
+                    if deleted < PRUNE_BATCH as u64 {
+                        return Ok(total);
+                    }
+                }
+            }
+
+            async fn sql_prune(
+                &self,
+                events_before: Timestamp,
+                keep_per_agent: u64,
+                sessions_idle_before: Timestamp,
+            ) -> StoreResult<Pruned> {
+                let by_age = self
+                    .sql_prune_batches(
+                        "delete from event where (agent_id, seq) in \
+                         (select agent_id, seq from event where created_at < $1 limit $2)",
+                        events_before.as_micros(),
+                    )
+                    .await?;
+                // Events more than `keep` behind their agent's last one: a range of the primary key per agent.
+                let by_count = self
+                    .sql_prune_batches(
+                        "delete from event where (agent_id, seq) in \
+                         (select e.agent_id, e.seq from agent a join event e \
+                          on e.agent_id = a.agent_id and e.seq <= a.event_seq - $1 \
+                          where a.event_seq > $1 limit $2)",
+                        to_i64(keep_per_agent),
+                    )
+                    .await?;
+                let sessions = self
+                    .sql_prune_batches(
+                        "delete from session where session_id in \
+                         (select session_id from session where last_seen_at < $1 limit $2)",
+                        sessions_idle_before.as_micros(),
+                    )
+                    .await?;
+                Ok(Pruned { events: by_age + by_count, sessions })
+            }
+        }
+    };
+}
+
+pub(in crate::store) use impl_session_sql;

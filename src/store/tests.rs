@@ -1,0 +1,622 @@
+//! One story run against both backends, plus what only PostgreSQL has to prove: sequence order under
+//! concurrent writers, safe concurrent migrations, and a listener that survives losing its connection.
+//!
+//! The PostgreSQL tests need `HIVEGATE_TEST_POSTGRES_URL` to name a server (they fail without one) (e.g.
+//! `postgres://postgres@127.0.0.1:5432/postgres`); each creates its own database and drops it afterwards.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::broadcast::Receiver;
+use tokio::sync::broadcast::error::TryRecvError;
+
+use super::postgres::PgStore;
+use super::sqlite::SqliteStore;
+use super::{Store, StoreError};
+use crate::config::DatabaseConfig;
+use crate::domain::model::{
+    Actor, AgentPatch, Content, NewAgent, NewKey, NewPrompt, NewResource, NewResourceTemplate, PromptMessage,
+    RateLimit, Role,
+};
+use crate::domain::{AgentId, PromptName, ResourceUri, Scope};
+use crate::events::postgres::{LISTENER_APPLICATION_NAME, PgBus};
+use crate::events::{BusMessage, LocalBus};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn agent_id(id: &str) -> AgentId {
+    AgentId::parse(id).expect("test agent id")
+}
+
+fn uri(value: &str) -> ResourceUri {
+    ResourceUri::parse(value).expect("test URI")
+}
+
+fn actor() -> Actor {
+    Actor { name: "operator".to_owned(), request_id: Some("req-1".to_owned()) }
+}
+
+fn new_agent(id: &str) -> NewAgent {
+    NewAgent { id: agent_id(id), name: format!("Agent {id}"), description: None, rate_limit: None, cache_ttl_ms: None }
+}
+
+fn new_key(agent: &str, digest: &str) -> NewKey {
+    NewKey {
+        id: uuid::Uuid::now_v7().to_string(),
+        agent_id: agent_id(agent),
+        name: Some("ci".to_owned()),
+        prefix: "bak_abcdefgh".to_owned(),
+        digest: digest.to_owned(),
+        scopes: vec![Scope::Mcp, Scope::Registry],
+        expires_at: None,
+    }
+}
+
+fn text_resource(value: &str, name: &str, text: &str) -> NewResource {
+    NewResource {
+        uri: uri(value),
+        name: name.to_owned(),
+        title: None,
+        description: None,
+        mime_type: Some("text/plain".to_owned()),
+        annotations: None,
+        meta: None,
+        content: Content::Text(text.to_owned()),
+    }
+}
+
+fn template(uri_template: &str, name: &str) -> NewResourceTemplate {
+    NewResourceTemplate {
+        uri_template: uri_template.to_owned(),
+        name: name.to_owned(),
+        title: None,
+        description: None,
+        mime_type: None,
+        annotations: Some(json!({"audience": ["user"]})),
+        text: Some("Hello {{ name }}".to_owned()),
+    }
+}
+
+fn prompt(name: &str, text: &str) -> NewPrompt {
+    NewPrompt {
+        name: PromptName::parse(name).expect("test prompt name"),
+        title: None,
+        description: Some("d".to_owned()),
+        arguments: Vec::new(),
+        messages: vec![PromptMessage { role: Role::User, content: json!({"type": "text", "text": text}) }],
+    }
+}
+
+/// The next message on the bus; PostgreSQL delivers through the listener, so allow it a moment.
+async fn next_message(bus: &mut Receiver<BusMessage>) -> BusMessage {
+    tokio::time::timeout(Duration::from_secs(10), bus.recv())
+        .await
+        .expect("a bus message within 10 s")
+        .expect("the bus is open and not lagging")
+}
+
+fn change(agent: &str, seq: i64) -> BusMessage {
+    BusMessage::Change { agent: agent.to_owned(), seq }
+}
+
+/// Everything the admin API and the MCP endpoint ask of a store, on one agent's life.
+async fn story(store: &dyn Store, bus: &mut Receiver<BusMessage>) -> TestResult {
+    let actor = actor();
+    let story = agent_id("story");
+
+    // Settings: the first value stays.
+    assert_eq!(store.init_setting("k", "v1").await?, "v1");
+    assert_eq!(store.init_setting("k", "v2").await?, "v1");
+    store.put_setting("k", "v3").await?;
+    assert_eq!(store.get_setting("k").await?.as_deref(), Some("v3"));
+    assert_eq!(store.get_setting("missing").await?, None);
+
+    // Agents.
+    let created = store.create_agent(&new_agent("story"), &actor).await?;
+    assert_ne!(created.epoch, 0);
+    assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: "story".into() });
+    assert!(matches!(store.create_agent(&new_agent("story"), &actor).await, Err(StoreError::Conflict)));
+    store.create_agent(&new_agent("other"), &actor).await?;
+    assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: "other".into() });
+    let first = store.list_agents(None, 1).await?;
+    assert_eq!(first.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), ["other"]);
+    let rest = store.list_agents(Some("other"), 10).await?;
+    assert_eq!(rest.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), ["story"]);
+    let patch = AgentPatch {
+        description: Some(Some("helps".to_owned())),
+        rate_limit: Some(Some(RateLimit { requests_per_second: 5, burst: 10 })),
+        ..AgentPatch::default()
+    };
+    let updated = store.update_agent(&story, &patch, &actor).await?;
+    assert_eq!(updated.description.as_deref(), Some("helps"));
+    assert_eq!(updated.name, "Agent story");
+    assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: "story".into() });
+    let cleared = AgentPatch { rate_limit: Some(None), cache_ttl_ms: Some(Some(60_000)), ..AgentPatch::default() };
+    store.update_agent(&story, &cleared, &actor).await?;
+    assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: "story".into() });
+    let fetched = store.get_agent(&story).await?.ok_or("agent")?;
+    assert_eq!((fetched.rate_limit, fetched.cache_ttl_ms, fetched.epoch), (None, Some(60_000), created.epoch));
+    assert_eq!(fetched.description.as_deref(), Some("helps"));
+    assert!(matches!(store.update_agent(&agent_id("nobody"), &patch, &actor).await, Err(StoreError::NotFound)));
+
+    // Keys.
+    let k1 = store.create_key(&new_key("story", "d1"), &actor).await?;
+    let k2 = store.create_key(&new_key("story", "d2"), &actor).await?;
+    assert!(matches!(store.create_key(&new_key("nobody", "d3"), &actor).await, Err(StoreError::NotFound)));
+    assert!(matches!(store.create_key(&new_key("story", "d1"), &actor).await, Err(StoreError::Conflict)));
+    let found = store.find_key("d1").await?.ok_or("key d1")?;
+    assert_eq!((found.id.as_str(), found.agent_id.as_str()), (k1.id.as_str(), "story"));
+    assert_eq!(found.scopes, [Scope::Mcp, Scope::Registry]);
+    assert!(store.find_key("unknown").await?.is_none());
+    let page = store.list_keys(&story, None, 1).await?;
+    assert_eq!(page.iter().map(|k| k.id.as_str()).collect::<Vec<_>>(), [k1.id.as_str()]);
+    let page = store.list_keys(&story, Some(&k1.id), 10).await?;
+    assert_eq!(page.iter().map(|k| k.id.as_str()).collect::<Vec<_>>(), [k2.id.as_str()]);
+    assert!(matches!(store.revoke_key(&agent_id("other"), &k1.id, &actor).await, Err(StoreError::NotFound)));
+    assert!(matches!(store.revoke_key(&story, "unknown", &actor).await, Err(StoreError::NotFound)));
+    store.revoke_key(&story, &k1.id, &actor).await?;
+    let revoked = BusMessage::KeyRevoked { agent: "story".into(), key: k1.id.clone() };
+    assert_eq!(next_message(bus).await, revoked);
+    let first_revocation = store.find_key("d1").await?.ok_or("key d1")?.revoked_at.ok_or("revoked")?;
+    store.revoke_key(&story, &k1.id, &actor).await?;
+    assert_eq!(next_message(bus).await, revoked);
+    assert_eq!(store.find_key("d1").await?.ok_or("key d1")?.revoked_at, Some(first_revocation));
+    store.touch_key(&k2.id).await?;
+    assert!(store.find_key("d2").await?.ok_or("key d2")?.last_used_at.is_some());
+
+    // Resources: create, replace content, replace metadata.
+    let put = store.put_resource(&story, &text_resource("x://b", "b", "one"), &actor).await?;
+    assert!(put.created);
+    assert_eq!((put.item.version, put.item.size), (1, 3));
+    assert_eq!(next_message(bus).await, change("story", 1));
+    // Same size, same metadata: only the content changed.
+    let replaced = store.put_resource(&story, &text_resource("x://b", "b", "two"), &actor).await?;
+    assert!(!replaced.created);
+    assert_eq!((replaced.item.version, replaced.item.size), (2, 3));
+    assert_eq!(replaced.item.created_at, put.item.created_at);
+    assert_eq!(next_message(bus).await, change("story", 2));
+    store.put_resource(&story, &text_resource("x://b", "renamed", "two"), &actor).await?;
+    assert_eq!(next_message(bus).await, change("story", 3));
+    let events = store.events_after(&story, 0, 100).await?;
+    let summary: Vec<_> = events
+        .iter()
+        .map(|e| (e.seq, e.updated_uris.clone(), e.resources_list_changed, e.prompts_list_changed))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (1, vec![], true, false),
+            (2, vec!["x://b".to_owned()], false, false),
+            (3, vec!["x://b".to_owned()], true, false)
+        ]
+    );
+
+    // Bytewise order: `B` < `_` < `a` < `b` < `b/` < `b0` (a locale collation would say otherwise).
+    let blob = NewResource { content: Content::Blob(vec![0, 1, 2, 255]), ..text_resource("x://a", "a", "") };
+    store.put_resource(&story, &blob, &actor).await?;
+    for value in ["x://B", "x://_", "x://b/c", "x://b/c/d", "x://b0"] {
+        store.put_resource(&story, &text_resource(value, value, value), &actor).await?;
+    }
+    for seq in 4..=9 {
+        assert_eq!(next_message(bus).await, change("story", seq));
+    }
+    let order = ["x://B", "x://_", "x://a", "x://b", "x://b/c", "x://b/c/d", "x://b0"];
+    let listed = store.list_resources(&story, None, 100).await?;
+    assert_eq!(listed.iter().map(|r| r.uri.as_str()).collect::<Vec<_>>(), order);
+    let page = store.list_resources(&story, Some("x://a"), 2).await?;
+    assert_eq!(page.iter().map(|r| r.uri.as_str()).collect::<Vec<_>>(), ["x://b", "x://b/c"]);
+    let (resource, content) = store.get_resource(&story, "x://a").await?.ok_or("x://a")?;
+    assert_eq!((resource.size, content), (4, Content::Blob(vec![0, 1, 2, 255])));
+    assert!(store.get_resource(&story, "x://none").await?.is_none());
+    assert!(store.get_resource(&agent_id("other"), "x://a").await?.is_none());
+    let directory = store.directory_children(&story, "x://b/", 10).await?;
+    assert_eq!(directory.iter().map(|r| r.uri.as_str()).collect::<Vec<_>>(), ["x://b/c"]);
+    let directory = store.directory_children(&story, "x://b/c/", 10).await?;
+    assert_eq!(directory.iter().map(|r| r.uri.as_str()).collect::<Vec<_>>(), ["x://b/c/d"]);
+    assert!(store.directory_children(&story, "x://b/c/d/", 10).await?.is_empty());
+
+    // Delete: list change plus an update for the URI; absent → NotFound and no sequence number used.
+    store.delete_resource(&story, &uri("x://a"), &actor).await?;
+    assert_eq!(next_message(bus).await, change("story", 10));
+    assert!(matches!(store.delete_resource(&story, &uri("x://a"), &actor).await, Err(StoreError::NotFound)));
+    assert!(matches!(
+        store.delete_resource(&agent_id("nobody"), &uri("x://a"), &actor).await,
+        Err(StoreError::NotFound)
+    ));
+
+    // A batch is all or nothing.
+    let failing =
+        store.batch_resources(&story, &[text_resource("x://n1", "n1", "new")], &[uri("x://absent")], &actor).await;
+    assert!(matches!(failing, Err(StoreError::NotFound)));
+    assert!(store.get_resource(&story, "x://n1").await?.is_none());
+    let outcome = store
+        .batch_resources(
+            &story,
+            &[text_resource("x://n1", "n1", "new"), text_resource("x://b", "renamed", "four")],
+            &[uri("x://_")],
+            &actor,
+        )
+        .await?;
+    assert_eq!(outcome.upserted.iter().map(|u| u.created).collect::<Vec<_>>(), [true, false]);
+    assert_eq!(outcome.deleted, [uri("x://_")]);
+    assert_eq!(next_message(bus).await, change("story", 11));
+    // The same URI twice in one batch (callers refuse this, but the store copes): still a creation.
+    let twice = [text_resource("x://n2", "n2", "a"), text_resource("x://n2", "n2", "bb")];
+    store.batch_resources(&story, &twice, &[], &actor).await?;
+    assert_eq!(next_message(bus).await, change("story", 12));
+    assert!(store.batch_resources(&story, &[], &[], &actor).await?.upserted.is_empty());
+    assert!(matches!(store.batch_resources(&agent_id("nobody"), &[], &[], &actor).await, Err(StoreError::NotFound)));
+    let events = store.events_after(&story, 9, 100).await?;
+    let summary: Vec<_> = events.iter().map(|e| (e.seq, e.updated_uris.clone(), e.resources_list_changed)).collect();
+    assert_eq!(
+        summary,
+        [
+            (10, vec!["x://a".to_owned()], true),
+            (11, vec!["x://b".to_owned(), "x://_".to_owned()], true),
+            (12, vec![], true),
+        ]
+    );
+
+    // Templates: every change is a list change.
+    assert!(store.put_template(&story, &template("x://t/{name}", "t"), &actor).await?.created);
+    assert!(store.put_template(&story, &template("x://A/{name}", "a"), &actor).await?.created);
+    let replaced = store.put_template(&story, &template("x://t/{name}", "t2"), &actor).await?;
+    assert!(!replaced.created);
+    let templates = store.list_templates(&story, None, 10).await?;
+    assert_eq!(templates.iter().map(|t| t.uri_template.as_str()).collect::<Vec<_>>(), ["x://A/{name}", "x://t/{name}"]);
+    assert_eq!(templates[1].name, "t2");
+    assert_eq!(templates[1].annotations, Some(json!({"audience": ["user"]})));
+    assert_eq!(store.list_templates(&story, Some("x://A/{name}"), 10).await?.len(), 1);
+    store.delete_template(&story, "x://A/{name}", &actor).await?;
+    assert!(matches!(store.delete_template(&story, "x://A/{name}", &actor).await, Err(StoreError::NotFound)));
+
+    // Prompts: every change is a prompt list change.
+    assert!(store.put_prompt(&story, &prompt("summarise", "Summarise {{ topic }}"), &actor).await?.created);
+    assert!(!store.put_prompt(&story, &prompt("summarise", "Sum up {{ topic }}"), &actor).await?.created);
+    store.put_prompt(&story, &prompt("Ask", "Ask"), &actor).await?;
+    let prompts = store.list_prompts(&story, None, 10).await?;
+    assert_eq!(prompts.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["Ask", "summarise"]);
+    assert_eq!(store.list_prompts(&story, Some("Ask"), 10).await?.len(), 1);
+    let name = PromptName::parse("summarise")?;
+    let fetched = store.get_prompt(&story, &name).await?.ok_or("prompt")?;
+    assert_eq!(fetched.messages[0].content["text"], "Sum up {{ topic }}");
+    store.delete_prompt(&story, &name, &actor).await?;
+    assert!(store.get_prompt(&story, &name).await?.is_none());
+    assert!(matches!(store.delete_prompt(&story, &name, &actor).await, Err(StoreError::NotFound)));
+    for seq in 13..=20 {
+        assert_eq!(next_message(bus).await, change("story", seq));
+    }
+    let events = store.events_after(&story, 12, 100).await?;
+    let kinds: Vec<_> = events.iter().map(|e| (e.seq, e.resources_list_changed, e.prompts_list_changed)).collect();
+    assert_eq!(
+        kinds,
+        [
+            (13, true, false),
+            (14, true, false),
+            (15, true, false),
+            (16, true, false),
+            (17, false, true),
+            (18, false, true),
+            (19, false, true),
+            (20, false, true),
+        ]
+    );
+    let all = store.events_after(&story, 0, 1000).await?;
+    assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), (1..=20).collect::<Vec<_>>());
+    assert_eq!(store.events_after(&story, 5, 2).await?.iter().map(|e| e.seq).collect::<Vec<_>>(), [6, 7]);
+
+    // Deleting the agent takes its keys, registry and events with it.
+    store.delete_agent(&story, &actor).await?;
+    assert_eq!(next_message(bus).await, BusMessage::AgentDeleted { agent: "story".into() });
+    assert!(store.get_agent(&story).await?.is_none());
+    assert!(store.find_key("d2").await?.is_none());
+    assert!(store.events_after(&story, 0, 100).await?.is_empty());
+    assert!(store.list_resources(&story, None, 100).await?.is_empty());
+    assert!(matches!(store.delete_agent(&story, &actor).await, Err(StoreError::NotFound)));
+    assert!(matches!(
+        store.put_resource(&story, &text_resource("x://b", "b", "x"), &actor).await,
+        Err(StoreError::NotFound)
+    ));
+    // A re-created agent starts its sequence afresh, under a new epoch.
+    let again = store.create_agent(&new_agent("story"), &actor).await?;
+    assert_ne!(again.epoch, created.epoch);
+    assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: "story".into() });
+    store.put_resource(&story, &text_resource("x://b", "b", "x"), &actor).await?;
+    assert_eq!(next_message(bus).await, change("story", 1));
+    store.ping().await?;
+    Ok(())
+}
+
+/// The audit actions written for the story's agent, oldest first.
+const AUDIT_ACTIONS: &str = "select action from audit where agent_id = 'story' order by occurred_at, audit_id";
+
+fn expected_audit_actions() -> Vec<&'static str> {
+    let mut actions = vec!["agent.create", "agent.update", "agent.update", "key.create", "key.create"];
+    actions.extend(["key.revoke", "key.revoke"]);
+    actions.extend(["resource.put"; 9]);
+    actions.push("resource.delete");
+    // The two batches: put, put, delete; put, put.
+    actions.extend(["resource.put", "resource.put", "resource.delete", "resource.put", "resource.put"]);
+    actions.extend(["template.put", "template.put", "template.put", "template.delete"]);
+    actions.extend(["prompt.put", "prompt.put", "prompt.put", "prompt.delete"]);
+    actions.extend(["agent.delete", "agent.create", "resource.put"]);
+    actions
+}
+
+/// Writers racing on one agent: every change gets the next sequence number, the event table has no gap,
+/// and the bus delivers the changes in sequence order.
+async fn concurrent_writers(store: Arc<dyn Store>, bus: &mut Receiver<BusMessage>) -> TestResult {
+    const WRITERS: usize = 8;
+    const WRITES: usize = 25;
+    let busy = agent_id("busy");
+    store.create_agent(&new_agent("busy"), &actor()).await?;
+    assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: "busy".into() });
+    let writers = (0..WRITERS).map(|writer| {
+        let store = store.clone();
+        let busy = busy.clone();
+        tokio::spawn(async move {
+            for write in 0..WRITES {
+                let value = format!("x://w{writer}/{}", write % 5);
+                store.put_resource(&busy, &text_resource(&value, "r", "c"), &actor()).await?;
+            }
+            Ok::<_, StoreError>(())
+        })
+    });
+    for outcome in futures::future::join_all(writers).await {
+        outcome??;
+    }
+    let total = i64::try_from(WRITERS * WRITES)?;
+    for seq in 1..=total {
+        assert_eq!(next_message(bus).await, change("busy", seq));
+    }
+    let events = store.events_after(&busy, 0, 10_000).await?;
+    assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), (1..=total).collect::<Vec<_>>());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------- SQLite
+
+/// A database file in the temporary directory, removed (with its WAL files) when dropped.
+struct ScratchFile {
+    path: std::path::PathBuf,
+}
+
+impl ScratchFile {
+    fn new() -> Self {
+        Self { path: std::env::temp_dir().join(format!("hivegate-test-{}.db", uuid::Uuid::new_v4())) }
+    }
+
+    fn url(&self) -> String {
+        format!("sqlite://{}?mode=rwc", self.path.display())
+    }
+}
+
+impl Drop for ScratchFile {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.path.display()));
+        }
+    }
+}
+
+async fn sqlite_store(url: &str, bus: LocalBus) -> Result<SqliteStore, StoreError> {
+    let store = SqliteStore::connect(url, &DatabaseConfig::default(), bus).await?;
+    store.migrate().await?;
+    Ok(store)
+}
+
+#[tokio::test]
+async fn sqlite_story() -> TestResult {
+    let file = ScratchFile::new();
+    let bus = LocalBus::new();
+    let mut messages = bus.subscribe();
+    let store = sqlite_store(&file.url(), bus).await?;
+    story(&store, &mut messages).await?;
+    assert!(matches!(messages.try_recv(), Err(TryRecvError::Empty)), "no message for changes that failed");
+    let pool = sqlx::SqlitePool::connect(&file.url()).await?;
+    let actions: Vec<String> = sqlx::query_scalar(AUDIT_ACTIONS).fetch_all(&pool).await?;
+    assert_eq!(actions, expected_audit_actions());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_sequences_are_published_in_order_under_concurrent_writers() -> TestResult {
+    let file = ScratchFile::new();
+    let bus = LocalBus::new();
+    let mut messages = bus.subscribe();
+    let store = Arc::new(sqlite_store(&file.url(), bus).await?);
+    concurrent_writers(store, &mut messages).await
+}
+
+#[tokio::test]
+async fn sqlite_in_memory_works() -> TestResult {
+    let bus = LocalBus::new();
+    let mut messages = bus.subscribe();
+    let store = sqlite_store("sqlite::memory:", bus).await?;
+    story(&store, &mut messages).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn sqlite_concurrent_migrations_are_safe() -> TestResult {
+    let file = ScratchFile::new();
+    let url = file.url();
+    // Separate pools open separate connections to the file, as separate processes would.
+    let config = DatabaseConfig::default();
+    let stores =
+        futures::future::try_join_all((0..4).map(|_| SqliteStore::connect(&url, &config, LocalBus::new()))).await?;
+    futures::future::try_join_all(stores.iter().map(|store| store.migrate())).await?;
+    stores[0].migrate().await?;
+    stores[1].create_agent(&new_agent("story"), &actor()).await?;
+    assert!(stores[2].get_agent(&agent_id("story")).await?.is_some());
+    Ok(())
+}
+
+#[tokio::test]
+async fn sqlite_missing_file_without_create_is_an_error() {
+    let file = ScratchFile::new();
+    let url = format!("sqlite://{}", file.path.display());
+    let outcome = SqliteStore::connect(&url, &DatabaseConfig::default(), LocalBus::new()).await;
+    assert!(outcome.is_err());
+}
+
+// ---------------------------------------------------------------------------------------------- PostgreSQL
+
+/// A database of its own on the test server, dropped (even when the test fails) when this is dropped.
+struct ScratchDatabase {
+    admin_url: String,
+    name: String,
+    url: String,
+}
+
+impl ScratchDatabase {
+    /// A fresh database; panics when `HIVEGATE_TEST_POSTGRES_URL` is not set, since a PostgreSQL test
+    /// fails rather than skips (`scripts/test` always sets it). Returns `Option` for the callers' shape.
+    async fn create() -> Option<Self> {
+        let admin_url = std::env::var("HIVEGATE_TEST_POSTGRES_URL")
+            .expect("HIVEGATE_TEST_POSTGRES_URL must name a PostgreSQL server (scripts/test sets it)");
+        let name = format!("hivegate_test_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = connect_admin(&admin_url).await;
+        // An ICU locale collation as the database default, so the store has to ask for bytewise order
+        // itself (`collate "C"`); plain `create database` where ICU is unavailable.
+        let icu = format!("create database {name} template template0 locale_provider icu icu_locale 'en-US'");
+        if sqlx::raw_sql(sqlx::AssertSqlSafe(icu)).execute(&mut admin).await.is_err() {
+            let plain = format!("create database {name}");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(plain)).execute(&mut admin).await.expect("create a scratch database");
+        }
+        let url = with_database(&admin_url, &name);
+        Some(Self { admin_url, name, url })
+    }
+}
+
+impl Drop for ScratchDatabase {
+    /// Drops the database from a thread of its own: `Drop` cannot await, and the test's runtime may be
+    /// unwinding. `with (force)` ends the connections the test left open.
+    fn drop(&mut self) {
+        let admin_url = self.admin_url.clone();
+        let statement = format!("drop database if exists {} with (force)", self.name);
+        let dropper = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+            runtime.block_on(async {
+                let mut admin = connect_admin(&admin_url).await;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(statement)).execute(&mut admin).await.map(|_| ())
+            })
+        });
+        if let Ok(Err(error)) = dropper.join() {
+            eprintln!("cannot drop the scratch database {}: {error}", self.name);
+        }
+    }
+}
+
+async fn connect_admin(url: &str) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    sqlx::PgConnection::connect(url).await.expect("connect to HIVEGATE_TEST_POSTGRES_URL")
+}
+
+/// `url` with its database name replaced.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, None), |(base, query)| (base, Some(query)));
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[authority_start..].find('/') {
+        Some(slash) => &base[..authority_start + slash],
+        None => base,
+    };
+    match query {
+        Some(query) => format!("{base}/{database}?{query}"),
+        None => format!("{base}/{database}"),
+    }
+}
+
+async fn pg_store(url: &str) -> Result<PgStore, StoreError> {
+    let store = PgStore::connect(url, &DatabaseConfig::default()).await?;
+    store.migrate().await?;
+    Ok(store)
+}
+
+#[tokio::test]
+async fn postgres_story() -> TestResult {
+    let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
+    let store = pg_store(&db.url).await?;
+    let bus = LocalBus::new();
+    let mut messages = bus.subscribe();
+    let mut listener = PgBus::start(&db.url, bus).await?;
+    story(&store, &mut messages).await?;
+    let pool = sqlx::PgPool::connect(&db.url).await?;
+    let actions: Vec<String> = sqlx::query_scalar(AUDIT_ACTIONS).fetch_all(&pool).await?;
+    assert_eq!(actions, expected_audit_actions());
+    pool.close().await;
+    listener.shutdown();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_sequences_commit_in_order_under_concurrent_writers() -> TestResult {
+    let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
+    let store = Arc::new(pg_store(&db.url).await?);
+    let bus = LocalBus::new();
+    let mut messages = bus.subscribe();
+    let mut listener = PgBus::start(&db.url, bus).await?;
+    concurrent_writers(store, &mut messages).await?;
+    listener.shutdown();
+    Ok(())
+}
+
+#[tokio::test]
+async fn postgres_concurrent_migrations_are_safe() -> TestResult {
+    let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
+    let config = DatabaseConfig::default();
+    let stores = futures::future::try_join_all((0..4).map(|_| PgStore::connect(&db.url, &config))).await?;
+    futures::future::try_join_all(stores.iter().map(|store| store.migrate())).await?;
+    stores[0].migrate().await?;
+    stores[1].create_agent(&new_agent("story"), &actor()).await?;
+    assert!(stores[2].get_agent(&agent_id("story")).await?.is_some());
+    Ok(())
+}
+
+#[tokio::test]
+async fn postgres_listener_resyncs_after_losing_its_connection() -> TestResult {
+    let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
+    let store = pg_store(&db.url).await?;
+    let bus = LocalBus::new();
+    let mut messages = bus.subscribe();
+    let mut listener = PgBus::start(&db.url, bus).await?;
+    store.create_agent(&new_agent("story"), &actor()).await?;
+    assert_eq!(next_message(&mut messages).await, BusMessage::AgentChanged { agent: "story".into() });
+
+    for round in 1..=2 {
+        let pool = sqlx::PgPool::connect(&db.url).await?;
+        let terminated: Vec<bool> = sqlx::query_scalar(
+            "select pg_terminate_backend(pid) from pg_stat_activity \
+             where application_name = $1 and datname = current_database()",
+        )
+        .bind(LISTENER_APPLICATION_NAME)
+        .fetch_all(&pool)
+        .await?;
+        assert_eq!(terminated, [true], "exactly one listener connection");
+        pool.close().await;
+        assert_eq!(next_message(&mut messages).await, BusMessage::Resync);
+        // Listening again: the next change arrives.
+        store.put_resource(&agent_id("story"), &text_resource("x://a", "a", "a"), &actor()).await?;
+        assert_eq!(next_message(&mut messages).await, change("story", round));
+    }
+    listener.shutdown();
+    Ok(())
+}
+
+#[tokio::test]
+async fn postgres_unreachable_is_unavailable() {
+    let config = DatabaseConfig { acquire_timeout_ms: 500, ..DatabaseConfig::default() };
+    match PgStore::connect("postgres://hivegate@127.0.0.1:1/hivegate", &config).await {
+        Err(StoreError::Unavailable(_)) => {}
+        Err(error) => panic!("expected Unavailable, got {error:?}"),
+        Ok(_) => panic!("connected to a closed port"),
+    }
+}
+
+#[test]
+fn database_names_are_replaced_in_urls() {
+    assert_eq!(with_database("postgres://u@h:5432/postgres", "x"), "postgres://u@h:5432/x");
+    assert_eq!(with_database("postgres://u@h/postgres?sslmode=disable", "x"), "postgres://u@h/x?sslmode=disable");
+    assert_eq!(with_database("postgres://u@h", "x"), "postgres://u@h/x");
+}

@@ -1,0 +1,66 @@
+//! The black-box test suite of the HTTP API: every story runs against the real server, once on SQLite and once
+//! on PostgreSQL (`HIVEGATE_TEST_POSTGRES_URL`; `scripts/test` provides one).
+
+/// Generates `mod <story> { sqlite, postgres }` test functions running `async fn <story>(Backend)` on each
+/// backend, so every story is written once and runs on both (`cargo test sqlite`, `cargo test postgres`).
+macro_rules! both {
+    ($($story:ident),+ $(,)?) => {
+        $(
+            mod $story {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$story($crate::helpers::Backend::Sqlite).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::$story($crate::helpers::Backend::Postgres).await;
+                }
+            }
+        )+
+    };
+}
+
+/// Test databases, the in-process application, the binary in a child process, response assertions.
+mod helpers;
+
+/// Agents: create, list, get, merge-patch, delete, and their errors.
+mod agents;
+/// Who may do what: the operator token, `registry` and `mcp` keys, revocation and expiry.
+mod auth;
+/// Batches apply all or nothing.
+mod batch;
+/// Health, readiness and the OpenAPI document.
+mod health;
+/// API keys: issue, list, revoke, and their errors.
+mod keys;
+/// Clients for the live-update stories: SSE reading, legacy sessions, listen streams.
+mod live_client;
+/// Modern subscriptions/listen streams: acknowledgement, filter, tags, several listens, the server's end.
+mod live_listen;
+/// Live updates across two hivegate processes on one PostgreSQL database.
+mod live_replicas;
+/// Streams in the real world: Last-Event-ID replay and retention, keep-alives, limits, slow consumers, shutdown.
+mod live_resume;
+/// Legacy sessions and their GET streams: subscriptions, list changes, errors, replacement, revocation.
+mod live_sessions;
+/// The MCP endpoint: who may reach it, in the contract's order of checks; tenant isolation.
+mod mcp_access;
+/// A small MCP client for the endpoint stories, and the conformance suite's fixtures.
+mod mcp_client;
+/// The MCP endpoint's two eras: detection, lifecycle, header validation, batches.
+mod mcp_eras;
+/// The registry over MCP: lists, pagination, reads, templates, directories, prompts, completion.
+mod mcp_methods;
+/// Lists: page sizes, cursors, bytewise order.
+mod pagination;
+/// The binary: the generated operator token, concurrent migrations, graceful shutdown.
+mod process;
+/// Prompts: templates compiled at write time.
+mod prompts;
+/// Several replicas on one PostgreSQL database, and a broken LISTEN connection.
+mod replicas;
+/// Resources: text and blob content, validation, round trips.
+mod resources;
+/// Resource templates: RFC 6570 and their optional MiniJinja text.
+mod templates;
