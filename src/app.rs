@@ -32,8 +32,8 @@ pub struct Application {
     listener: TcpListener,
     address: SocketAddr,
     state: AppState,
-    /// Keeps the PostgreSQL listener running for as long as the application lives.
-    _pg_bus: Option<PgBus>,
+    /// The PostgreSQL listener, running for as long as the application serves.
+    pg_bus: Option<PgBus>,
     /// Prunes old events and expired sessions for as long as the application lives.
     _pruner: Pruner,
 }
@@ -83,7 +83,7 @@ impl Application {
             sessions,
             hub,
         };
-        Ok(Self { listener, address, state, _pg_bus: pg_bus, _pruner: pruner })
+        Ok(Self { listener, address, state, pg_bus, _pruner: pruner })
     }
 
     pub fn port(&self) -> u16 {
@@ -129,6 +129,10 @@ impl Application {
         tokio::select! {
             outcome = server => outcome.context("serving HTTP")?,
             () = deadline => tracing::warn!(grace_ms = grace.as_millis() as u64, "shutdown grace period over; closing remaining connections"),
+        }
+        // Leave the live replicas, so that other replicas' changes stop waiting for this one at once.
+        if let Some(pg_bus) = self.pg_bus {
+            pg_bus.stop().await;
         }
         tracing::info!("stopped");
         Ok(())

@@ -7,6 +7,8 @@
 //!
 //! Payloads carry ids, never bodies: a consumer that needs an event's details reads the event table.
 
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -49,11 +51,20 @@ pub enum BusMessage {
     /// is replaced (closed).
     StreamOpened { agent: String, session: String, stream: String },
     /// A marker a replica sends through the bus after its own change and waits to hear back: messages
-    /// arrive in commit order, so once the marker is back every message before it has been applied here
-    /// (and has reached every other replica's listener).
+    /// arrive in commit order, so once the marker is back every message before it has been applied here.
     Barrier { id: String },
+    /// Replica `replica` has applied every message up to barrier `barrier` (PostgreSQL: each replica's
+    /// listener answers every barrier it hears, so the writer can wait for all of them).
+    Ack { barrier: String, replica: String },
+    /// A replica's listener heartbeat: it proves to the replica itself that notifications reach it, and
+    /// only then is the replica counted as live (see `migrations/postgres/0003_replicas.sql`). Never
+    /// published on the local bus.
+    Beat { replica: String },
+    /// This replica may be missing messages from now on (its listener lost its connection): caches must
+    /// forget everything and stop caching until the next [`BusMessage::Resync`]. Local only.
+    Offline,
     /// Messages may have been missed (the listener reconnected, or a consumer lagged): drop every cache
-    /// and catch up from the event table.
+    /// and catch up from the event table. Caches that went offline cache again from here on.
     Resync,
 }
 
@@ -61,6 +72,37 @@ pub enum BusMessage {
 /// that must never answer for a revoked key once the revocation is known here.
 pub trait BusHook: Send + Sync {
     fn apply(&self, message: &BusMessage);
+}
+
+/// Whether a cache may keep what it reads: not while the bus may be missing messages, that is from
+/// [`BusMessage::Offline`] until the next [`BusMessage::Resync`]. Both drop everything the cache holds.
+#[derive(Debug, Default)]
+pub struct CacheGate {
+    offline: AtomicBool,
+}
+
+impl CacheGate {
+    /// Whether a value read now may be cached.
+    pub fn is_open(&self) -> bool {
+        !self.offline.load(Ordering::Acquire)
+    }
+
+    /// Applies `Offline` and `Resync` (calling `forget_all`) and says whether `message` was one of them.
+    pub fn apply(&self, message: &BusMessage, forget_all: impl FnOnce()) -> bool {
+        match message {
+            BusMessage::Offline => {
+                self.offline.store(true, Ordering::Release);
+                forget_all();
+                true
+            }
+            BusMessage::Resync => {
+                forget_all();
+                self.offline.store(false, Ordering::Release);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 /// The in-process fan-out every consumer subscribes to.
@@ -82,7 +124,7 @@ impl std::fmt::Debug for LocalBus {
     }
 }
 
-/// How long a change waits to hear its own barrier back before answering anyway.
+/// How long a change waits for its barrier to be acknowledged before answering anyway.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Messages a slow consumer may fall behind by before it has to resync.
@@ -113,28 +155,48 @@ impl LocalBus {
         let _ = self.sender.send(message);
     }
 
-    /// Waits until every change this replica committed so far has come back through the bus and been
-    /// applied here. With PostgreSQL the bus is asynchronous (NOTIFY), so an admin write calls this
-    /// before answering: the writer's own caches are then true, and every other replica's listener has
-    /// been sent the change too. Gives up after a bounded wait (logged), since the change did commit.
+    /// Waits until every change this replica committed so far has been applied by every live replica.
+    ///
+    /// With PostgreSQL the bus is asynchronous (NOTIFY), so an admin write calls this before answering: it
+    /// sends a barrier, which reaches every listener after the change, and waits for this replica to hear it
+    /// and for every replica [`Store::live_replicas`] names to acknowledge it. Then a revoked key is refused,
+    /// and a changed resource served fresh, by every replica from the moment the write is answered. A
+    /// replica that does not answer within [`SETTLE_TIMEOUT`] (stopped without deregistering, or cut off)
+    /// is logged and the write answered anyway: the change did commit, and a cut-off replica stops caching
+    /// ([`BusMessage::Offline`]). With SQLite the bus is synchronous and this returns at once.
     pub async fn settle(&self, store: &dyn Store) {
         let id = uuid::Uuid::new_v4().to_string();
         let mut messages = self.subscribe();
+        let mut waiting: HashSet<String> = match store.live_replicas().await {
+            Ok(replicas) => replicas.into_iter().collect(),
+            Err(error) => {
+                tracing::warn!(%error, "could not list live replicas; waiting for this replica only");
+                HashSet::new()
+            }
+        };
         if let Err(error) = store.announce(BusMessage::Barrier { id: id.clone() }).await {
             tracing::warn!(%error, "could not send a bus barrier");
             return;
         }
-        let heard = async {
-            loop {
+        let mut heard = false;
+        let settled = async {
+            while !(heard && waiting.is_empty()) {
                 match messages.recv().await {
-                    Ok(BusMessage::Barrier { id: heard }) if heard == id => return,
+                    Ok(BusMessage::Barrier { id: barrier }) if barrier == id => heard = true,
+                    Ok(BusMessage::Ack { barrier, replica }) if barrier == id => {
+                        waiting.remove(&replica);
+                    }
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                     Err(broadcast::error::RecvError::Closed) => return,
                 }
             }
         };
-        if tokio::time::timeout(SETTLE_TIMEOUT, heard).await.is_err() {
-            tracing::warn!("the bus did not echo a barrier within {SETTLE_TIMEOUT:?}; answering anyway");
+        if tokio::time::timeout(SETTLE_TIMEOUT, settled).await.is_err() {
+            tracing::warn!(
+                heard_here = heard,
+                silent_replicas = ?waiting,
+                "a change was not acknowledged by every live replica within {SETTLE_TIMEOUT:?}; answering anyway"
+            );
         }
     }
 

@@ -11,7 +11,7 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::domain::model::KeyRecord;
 use crate::domain::time::Timestamp;
 use crate::domain::{AgentId, ApiKey, KeyDigest, KeyHasher};
-use crate::events::{BusHook, BusMessage};
+use crate::events::{BusHook, BusMessage, CacheGate};
 use crate::store::{Store, StoreError};
 
 /// The header agent keys travel in; it wins over `Authorization: Bearer`.
@@ -40,16 +40,18 @@ struct CachedKey {
 /// Entries are dropped by bus messages (revocation, agent deletion, resync), applied synchronously as a
 /// [`BusHook`]; expiry is checked on every use. `generation` guards against a lookup that read the
 /// database before a revocation and would otherwise put the stale key back after the revocation cleared it.
+/// While the bus is offline (revocations could be missed) every request reads the database.
 pub struct KeyCache {
     store: Arc<dyn Store>,
     hasher: KeyHasher,
     entries: DashMap<KeyDigest, CachedKey>,
     generation: AtomicU64,
+    gate: CacheGate,
 }
 
 impl KeyCache {
     pub fn new(store: Arc<dyn Store>, hasher: KeyHasher) -> Self {
-        Self { store, hasher, entries: DashMap::new(), generation: AtomicU64::new(0) }
+        Self { store, hasher, entries: DashMap::new(), generation: AtomicU64::new(0), gate: CacheGate::default() }
     }
 
     /// The key in `headers` (`X-Agent-API-Key`, else `Authorization: Bearer`), if any.
@@ -82,6 +84,7 @@ impl KeyCache {
                 // us and its `retain` removes what we insert.
                 if let dashmap::Entry::Vacant(slot) = self.entries.entry(digest)
                     && self.generation.load(Ordering::Acquire) == generation
+                    && self.gate.is_open()
                 {
                     slot.insert(CachedKey { record: record.clone(), touched: Instant::now() });
                 }
@@ -111,13 +114,18 @@ impl KeyCache {
 
 impl BusHook for KeyCache {
     fn apply(&self, message: &BusMessage) {
+        if self.gate.apply(message, || self.forget(|_| false)) {
+            return;
+        }
         match message {
             BusMessage::KeyRevoked { key, .. } => self.forget(|record| &record.id != key),
             BusMessage::AgentDeleted { agent } => self.forget(|record| record.agent_id.as_str() != agent),
-            BusMessage::Resync => self.forget(|_| false),
+            BusMessage::Offline | BusMessage::Resync => {}
             BusMessage::Change { .. }
             | BusMessage::AgentChanged { .. }
             | BusMessage::Barrier { .. }
+            | BusMessage::Ack { .. }
+            | BusMessage::Beat { .. }
             | BusMessage::SessionEnded { .. }
             | BusMessage::Subscribed { .. }
             | BusMessage::Unsubscribed { .. }

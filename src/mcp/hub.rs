@@ -318,7 +318,11 @@ impl BusHook for Hub {
                     interest.uris.remove(uri);
                 });
             }),
-            BusMessage::AgentChanged { .. } | BusMessage::Barrier { .. } => {}
+            BusMessage::AgentChanged { .. }
+            | BusMessage::Barrier { .. }
+            | BusMessage::Ack { .. }
+            | BusMessage::Beat { .. }
+            | BusMessage::Offline => {}
         }
     }
 }

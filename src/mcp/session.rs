@@ -19,7 +19,7 @@ use crate::domain::AgentId;
 use crate::domain::model::KeyRecord;
 use crate::domain::session::{Session, SessionDigest, SessionToken};
 use crate::domain::time::Timestamp;
-use crate::events::{BusHook, BusMessage};
+use crate::events::{BusHook, BusMessage, CacheGate};
 use crate::store::{Store, StoreError, StoreResult};
 
 /// Sessions kept in memory at most; beyond this they are dropped and reloaded on demand.
@@ -40,6 +40,8 @@ pub struct Sessions {
     touched: DashMap<SessionDigest, Instant>,
     /// Bumped on every invalidation, so that a load that raced with one is not cached.
     generation: AtomicU64,
+    /// Closed while the bus may be missing messages: sessions are then read from the database every time.
+    gate: CacheGate,
 }
 
 impl Sessions {
@@ -52,6 +54,7 @@ impl Sessions {
             entries: DashMap::new(),
             touched: DashMap::new(),
             generation: AtomicU64::new(0),
+            gate: CacheGate::default(),
         }
     }
 
@@ -114,7 +117,7 @@ impl Sessions {
             return Ok(None);
         };
         let session = Arc::new(session);
-        if self.generation.load(Ordering::Acquire) == generation {
+        if self.generation.load(Ordering::Acquire) == generation && self.gate.is_open() {
             if self.entries.len() >= MAX_CACHED {
                 self.entries.clear();
             }
@@ -176,14 +179,19 @@ impl Sessions {
 
 impl BusHook for Sessions {
     fn apply(&self, message: &BusMessage) {
+        if self.gate.apply(message, || self.forget(|_| false)) {
+            return;
+        }
         match message {
             BusMessage::SessionEnded { session, .. } => self.forget(|cached| cached.digest.as_str() != session),
             BusMessage::AgentDeleted { agent } => self.forget(|cached| cached.agent_id.as_str() != agent),
             BusMessage::KeyRevoked { key, .. } => self.forget(|cached| &cached.key_id != key),
-            BusMessage::Resync => self.forget(|_| false),
+            BusMessage::Offline | BusMessage::Resync => {}
             BusMessage::Change { .. }
             | BusMessage::AgentChanged { .. }
             | BusMessage::Barrier { .. }
+            | BusMessage::Ack { .. }
+            | BusMessage::Beat { .. }
             | BusMessage::Subscribed { .. }
             | BusMessage::Unsubscribed { .. }
             | BusMessage::StreamOpened { .. } => {}

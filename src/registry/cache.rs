@@ -2,7 +2,8 @@
 //! contents, prompts and template sets. The database is the truth; this is memory the event bus keeps honest.
 //!
 //! Invalidation: `Change{agent}` drops that agent's registry entries, `AgentChanged`/`AgentDeleted` drop the
-//! agent's row and entries, `Resync` drops everything. The cache is a [`BusHook`]: the bus applies every
+//! agent's row and entries, `Resync` drops everything, and `Offline` drops everything and stops caching until
+//! the next `Resync`. The cache is a [`BusHook`]: the bus applies every
 //! message to it synchronously before anyone can observe the message, so once a change is known on this
 //! replica no request is answered from what it made stale.
 //!
@@ -20,7 +21,7 @@ use dashmap::DashMap;
 
 use crate::domain::AgentId;
 use crate::domain::model::Agent;
-use crate::events::{BusHook, BusMessage};
+use crate::events::{BusHook, BusMessage, CacheGate};
 use crate::store::{Store, StoreResult};
 
 /// Memory the cache may hold, in bytes (estimated), across all agents.
@@ -73,6 +74,8 @@ pub struct RegistryCache {
     agents: DashMap<AgentId, Arc<Agent>>,
     /// Bumped on every agent invalidation, so a load that raced with one is not cached.
     agent_generation: AtomicU64,
+    /// Closed while the bus may be missing messages: nothing is cached until it resyncs.
+    gate: CacheGate,
     registries: DashMap<AgentId, Arc<Registry>>,
     /// Estimated bytes held by live registries.
     bytes: AtomicUsize,
@@ -90,6 +93,7 @@ impl RegistryCache {
             store,
             agents: DashMap::new(),
             agent_generation: AtomicU64::new(0),
+            gate: CacheGate::default(),
             registries: DashMap::new(),
             bytes: AtomicUsize::new(0),
             max_bytes,
@@ -123,6 +127,7 @@ impl RegistryCache {
         // Compared under the entry's shard lock, so an invalidation cannot slip between check and insert.
         if let dashmap::Entry::Vacant(slot) = self.agents.entry(id.clone())
             && self.agent_generation.load(Ordering::Acquire) == generation
+            && self.gate.is_open()
         {
             slot.insert(agent.clone());
         }
@@ -150,7 +155,7 @@ impl RegistryCache {
 
     fn insert(&self, registry: &Registry, key: Key, value: Entry, bytes: usize) {
         let cost = bytes + ENTRY_OVERHEAD;
-        if cost > self.max_bytes / 8 {
+        if cost > self.max_bytes / 8 || !self.gate.is_open() {
             return;
         }
         if self.bytes.load(Ordering::Relaxed) + cost > self.max_bytes {
@@ -225,6 +230,9 @@ fn lookup<T: Send + Sync + 'static>(registry: &Registry, key: &Key) -> Option<Ar
 
 impl BusHook for RegistryCache {
     fn apply(&self, message: &BusMessage) {
+        if self.gate.apply(message, || self.drop_everything()) {
+            return;
+        }
         match message {
             BusMessage::Change { agent, .. } => {
                 if let Ok(id) = AgentId::parse(agent) {
@@ -232,9 +240,11 @@ impl BusHook for RegistryCache {
                 }
             }
             BusMessage::AgentChanged { agent } | BusMessage::AgentDeleted { agent } => self.drop_agent(agent),
-            BusMessage::Resync => self.drop_everything(),
+            BusMessage::Offline | BusMessage::Resync => {}
             BusMessage::KeyRevoked { .. }
             | BusMessage::Barrier { .. }
+            | BusMessage::Ack { .. }
+            | BusMessage::Beat { .. }
             | BusMessage::SessionEnded { .. }
             | BusMessage::Subscribed { .. }
             | BusMessage::Unsubscribed { .. }

@@ -137,3 +137,24 @@ async fn a_published_change_releases_memory_at_once() {
     f.bus.publish(BusMessage::Change { agent: "a".into(), seq: 1 });
     assert_eq!(f.cache.bytes(), 0, "the hook drops the agent's entries before publish returns");
 }
+
+#[tokio::test]
+async fn nothing_is_cached_while_the_bus_is_offline() {
+    let f = fixture(DEFAULT_MAX_BYTES).await;
+    let a = agent("a");
+    let calls = AtomicU32::new(0);
+    load(&f.cache, &a, Key::Templates, &calls, 10).await;
+    f.bus.publish(BusMessage::Offline);
+    // Offline: what was cached is gone, and every read goes to the loader.
+    for _ in 0..3 {
+        load(&f.cache, &a, Key::Templates, &calls, 10).await;
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+    assert_eq!(f.cache.bytes(), 0);
+    // Back online after the resync: cached again.
+    f.bus.publish(BusMessage::Resync);
+    for _ in 0..3 {
+        load(&f.cache, &a, Key::Templates, &calls, 10).await;
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 5);
+}

@@ -147,6 +147,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Sends `message` on the bus as its own (empty) commit, in commit order with every change.
     async fn announce(&self, message: crate::events::BusMessage) -> StoreResult<()>;
+    /// The replicas whose event listener has proven alive recently (PostgreSQL); empty with SQLite, whose
+    /// single replica applies every change before the write returns.
+    async fn live_replicas(&self) -> StoreResult<Vec<String>>;
 
     /// Committed events of `agent` with `seq > after_seq`, in order, at most `limit`.
     async fn events_after(&self, agent: &AgentId, after_seq: i64, limit: u32) -> StoreResult<Vec<ChangeEvent>>;

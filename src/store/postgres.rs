@@ -17,6 +17,7 @@ use sqlx::{Connection, Postgres, Transaction};
 use super::sql::{classify, classify_migration, impl_store};
 use super::{StoreError, StoreResult};
 use crate::config::DatabaseConfig;
+use crate::events::postgres::REPLICA_TTL_SECS;
 use crate::events::{BusMessage, CHANNEL};
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
@@ -53,6 +54,17 @@ impl PgStore {
 
     async fn begin_write(&self) -> StoreResult<Transaction<'static, Postgres>> {
         self.pool.begin().await.map_err(Self::error)
+    }
+
+    /// Replicas whose listener heard its own heartbeat within [`REPLICA_TTL_SECS`].
+    async fn replicas(&self) -> StoreResult<Vec<String>> {
+        sqlx::query_scalar::<Postgres, String>(
+            "select replica_id from replica where heartbeat_at > now() - make_interval(secs => $1)",
+        )
+        .bind(REPLICA_TTL_SECS as f64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(Self::error)
     }
 
     /// Queues the messages as notifications inside the transaction, then commits: PostgreSQL sends them

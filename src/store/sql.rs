@@ -173,6 +173,7 @@ pub(super) use {
 /// The backend's type provides, as inherent items:
 /// - `fn reader(&self) -> &sqlx::Pool<Db>` and `fn writer(&self) -> &sqlx::Pool<Db>`;
 /// - `async fn begin_write(&self) -> StoreResult<sqlx::Transaction<'static, Db>>`;
+/// - `async fn replicas(&self) -> StoreResult<Vec<String>>`: the live replicas a change must reach;
 /// - `async fn commit(&self, tx, messages: Vec<BusMessage>) -> StoreResult<()>`: commits and makes sure the
 ///   messages reach every replica's bus exactly when the change is visible;
 /// - `async fn run_migrations(&self) -> StoreResult<()>`;

@@ -101,6 +101,11 @@ impl SqliteStore {
         self.writer.begin_with("begin immediate").await.map_err(Self::error)
     }
 
+    /// SQLite serves one replica, which applies every change before the write returns: none to wait for.
+    async fn replicas(&self) -> StoreResult<Vec<String>> {
+        Ok(Vec::new())
+    }
+
     /// Commits, then announces the change in process: SQLite has no other replica to tell.
     async fn commit(&self, tx: Transaction<'static, Sqlite>, messages: Vec<BusMessage>) -> StoreResult<()> {
         let _announcing = self.announcing.lock().await;

@@ -595,6 +595,7 @@ async fn postgres_listener_resyncs_after_losing_its_connection() -> TestResult {
         .await?;
         assert_eq!(terminated, [true], "exactly one listener connection");
         pool.close().await;
+        assert_eq!(next_message(&mut messages).await, BusMessage::Offline);
         assert_eq!(next_message(&mut messages).await, BusMessage::Resync);
         // Listening again: the next change arrives.
         store.put_resource(&agent_id("story"), &text_resource("x://a", "a", "a"), &actor()).await?;

@@ -2,7 +2,7 @@
 
 use reqwest::{Method, StatusCode};
 use serde_json::json;
-use sqlx::PgConnection;
+use sqlx::{Connection, PgConnection};
 
 use crate::helpers::{
     Api, Backend, DEADLINE, HivegateProcess, OPERATOR_TOKEN, TestDatabase, eventually, expect_json, expect_problem,
@@ -156,5 +156,36 @@ async fn a_replica_recovers_from_a_broken_listen_connection() {
     a.put_text("bot", "test://while-down", "after").await;
     let read = expect_json(b.get_content("bot", "test://while-down").await, StatusCode::OK).await;
     assert_eq!(read["text"], "after");
-    let _ = sqlx::Connection::close(conn).await;
+    let _ = conn.close().await;
+}
+
+/// The replicas a change waits for, as the database lists them.
+async fn registered_replicas(conn: &mut PgConnection) -> usize {
+    let count: i64 = sqlx::query_scalar("select count(*) from replica").fetch_one(&mut *conn).await.unwrap();
+    usize::try_from(count).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_is_waited_for_while_it_runs_and_leaves_when_stopped() {
+    let (db, a, mut b) = two_replicas().await;
+    let mut conn = PgConnection::connect(db.url()).await.unwrap();
+    assert_eq!(registered_replicas(&mut conn).await, 2);
+
+    // A change through B is applied by A before B answers: A refuses the revoked key at once.
+    b.create_agent("bot").await;
+    let key = b.issue_key("bot", &["registry"]).await;
+    let resources = "/admin/v1/agents/bot/resources";
+    let response = a.with_key(Method::GET, resources, &key.key).send().await.unwrap();
+    expect_json(response, StatusCode::OK).await;
+    b.revoke_key("bot", &key.id).await;
+    let response = a.with_key(Method::GET, resources, &key.key).send().await.unwrap();
+    expect_problem(response, StatusCode::UNAUTHORIZED).await;
+
+    // A stopped replica deregisters, so changes stop waiting for it; the other serves on.
+    assert!(b.terminate().await.success(), "{}", b.logs());
+    assert_eq!(registered_replicas(&mut conn).await, 1);
+    a.put_text("bot", "test://after", "still served").await;
+    let read = expect_json(a.get_content("bot", "test://after").await, StatusCode::OK).await;
+    assert_eq!(read["text"], "still served");
+    let _ = conn.close().await;
 }

@@ -60,6 +60,10 @@ macro_rules! impl_store_methods {
                 self.commit(tx, vec![message]).await
             }
 
+            async fn live_replicas(&self) -> StoreResult<Vec<String>> {
+                self.replicas().await
+            }
+
             #[tracing::instrument(skip_all, fields(setting = name))]
             async fn get_setting(&self, name: &str) -> StoreResult<Option<String>> {
                 sqlx::query_scalar::<$db, String>("select value from setting where name = $1")
