@@ -9,7 +9,9 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::net::TcpListener;
 
+use crate::audit::{AuditTask, AuditWriter};
 use crate::config::Config;
+use crate::domain::audit::ChainVerifier;
 use crate::domain::key::random_token;
 use crate::domain::{KeyDigest, KeyHasher};
 use crate::events::LocalBus;
@@ -36,6 +38,8 @@ pub struct Application {
     pg_bus: Option<PgBus>,
     /// Prunes old events and expired sessions for as long as the application lives.
     _pruner: Pruner,
+    /// Writes MCP audit records; stopped (flushed) after the server drained.
+    audit_task: AuditTask,
 }
 
 impl Application {
@@ -65,6 +69,7 @@ impl Application {
         // Last: the hub wakes streams, which then read caches the hooks before it have already updated.
         let hub = Arc::new(Hub::new(store.clone(), &config.streams));
         bus.add_hook(hub.clone());
+        let (audit, audit_task) = AuditWriter::start(store.clone(), &config.audit);
         let pruner = Pruner::start(store.clone(), Retention::from_config(&config.events, &config.sessions));
 
         let listener = TcpListener::bind(config.listen)
@@ -82,8 +87,9 @@ impl Application {
             registry,
             sessions,
             hub,
+            audit,
         };
-        Ok(Self { listener, address, state, pg_bus, _pruner: pruner })
+        Ok(Self { listener, address, state, pg_bus, _pruner: pruner, audit_task })
     }
 
     pub fn port(&self) -> u16 {
@@ -130,6 +136,8 @@ impl Application {
             outcome = server => outcome.context("serving HTTP")?,
             () = deadline => tracing::warn!(grace_ms = grace.as_millis() as u64, "shutdown grace period over; closing remaining connections"),
         }
+        // Every request has ended: write the audit records still queued.
+        self.audit_task.stop(grace).await;
         // Leave the live replicas, so that other replicas' changes stop waiting for this one at once.
         if let Some(pg_bus) = self.pg_bus {
             pg_bus.stop().await;
@@ -144,6 +152,44 @@ pub async fn migrate_only(config: &Config) -> anyhow::Result<()> {
     let store = connect_with_retry(config, LocalBus::new()).await?;
     store.migrate().await.context("applying database migrations")?;
     tracing::info!(backend = store.backend(), "migrations applied");
+    Ok(())
+}
+
+/// `hivegate audit verify`: walks every agent's audit chain (or `agent`'s) and prints one line per chain.
+/// Fails when any chain is broken.
+pub async fn verify_audit(config: &Config, agent: Option<&str>) -> anyhow::Result<()> {
+    /// Records read per query while walking a chain.
+    const PAGE: u32 = 1000;
+    let store = connect_with_retry(config, LocalBus::new()).await?;
+    store.migrate().await.context("applying database migrations")?;
+    let heads = store.audit_heads(agent).await?;
+    if heads.is_empty() {
+        println!("no audit chain{}", agent.map(|a| format!(" for agent {a}")).unwrap_or_default());
+    }
+    let mut broken = 0;
+    for head in heads {
+        let agent_id = head.agent_id.clone();
+        let mut verifier = ChainVerifier::new(head.clone());
+        let mut after = head.pruned_seq;
+        let outcome = loop {
+            let page = store.audit_chain_page(&agent_id, after, PAGE).await?;
+            if let Some(problem) = page.iter().find_map(|record| verifier.check(record).err()) {
+                break Err(problem);
+            }
+            match page.last() {
+                Some(last) if page.len() == PAGE as usize => after = last.chain_seq.unwrap_or(after),
+                _ => break verifier.finish(),
+            }
+        };
+        match outcome {
+            Ok(records) => println!("ok      {agent_id}: {records} records, head {}", head.hash),
+            Err(problem) => {
+                broken += 1;
+                println!("BROKEN  {agent_id}: {problem}");
+            }
+        }
+    }
+    anyhow::ensure!(broken == 0, "{broken} audit chain(s) broken");
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! The command line: `serve`, `migrate`, `config check`.
+//! The command line: `serve`, `migrate`, `healthcheck`, `config check`, `audit verify`.
 
 use std::path::PathBuf;
 
@@ -26,6 +26,22 @@ pub enum Command {
     Config {
         #[command(subcommand)]
         command: ConfigCommand,
+    },
+    /// Audit log commands.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Check the audit hash chain of every agent (or of one): exit 0 when every chain is intact, 1 with the
+    /// first problem of each broken chain otherwise.
+    Verify {
+        /// Only this agent's chain.
+        #[arg(long)]
+        agent: Option<String>,
     },
 }
 

@@ -35,6 +35,7 @@ pub struct Config {
     pub events: EventsConfig,
     pub sessions: SessionsConfig,
     pub streams: StreamsConfig,
+    pub audit: AuditConfig,
     pub log: LogConfig,
 }
 
@@ -51,6 +52,7 @@ impl Default for Config {
             mcp: McpConfig::default(),
             events: EventsConfig::default(),
             sessions: SessionsConfig::default(),
+            audit: AuditConfig::default(),
             streams: StreamsConfig::default(),
             log: LogConfig::default(),
         }
@@ -120,6 +122,26 @@ pub struct McpConfig {
     pub allowed_hosts: Vec<String>,
     /// Extra `Origin`s accepted besides loopback origins; a request with another `Origin` gets 403.
     pub allowed_origins: Vec<String>,
+}
+
+/// The audit log of MCP requests (admin changes are always audited, in their own transaction).
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Record every MCP request.
+    pub mcp_requests: bool,
+    /// Records waiting to be written at most; beyond this new records are dropped (and counted).
+    pub queue_capacity: usize,
+    /// Records written per transaction at most.
+    pub batch_size: usize,
+    /// How long a record may wait before its batch is written.
+    pub flush_interval_ms: u64,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self { mcp_requests: true, queue_capacity: 65_536, batch_size: 500, flush_interval_ms: 200 }
+    }
 }
 
 /// Event retention: how far back `Last-Event-ID` can resume (an older one gets a resync instead).
@@ -302,7 +324,10 @@ impl Config {
                 message: "the operator token must be at least 16 characters".to_owned(),
             });
         }
-        let positive: [(&'static str, u64); 15] = [
+        let positive: [(&'static str, u64); 18] = [
+            ("audit.queue_capacity", self.audit.queue_capacity as u64),
+            ("audit.batch_size", self.audit.batch_size as u64),
+            ("audit.flush_interval_ms", self.audit.flush_interval_ms),
             ("database.max_connections", u64::from(self.database.max_connections)),
             ("database.acquire_timeout_ms", self.database.acquire_timeout_ms),
             ("http.request_timeout_ms", self.http.request_timeout_ms),

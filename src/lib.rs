@@ -16,6 +16,7 @@
 //! - [`domain`]: identifiers, keys and records that are valid once they exist.
 //! - [`store`]: the [`store::Store`] trait and its SQLite and PostgreSQL implementations.
 //! - [`events`]: the event bus that carries committed changes to every replica; event retention.
+//! - [`audit`]: the batching writer of MCP request audit records (the hash chain is [`domain::audit`]).
 //! - [`error`]: the admin API's error type and its one mapping to `application/problem+json`.
 //!
 //! # The life of an admin change
@@ -32,6 +33,8 @@
 pub mod admin;
 /// Composition root: builds the application from its configuration and runs it.
 pub mod app;
+/// The batching writer of MCP request audit records.
+pub mod audit;
 /// The command line.
 pub mod cli;
 /// Configuration loading and validation.

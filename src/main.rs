@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use hivegate::app::{self, Application};
-use hivegate::cli::{Cli, Command, ConfigCommand};
+use hivegate::cli::{AuditCommand, Cli, Command, ConfigCommand};
 use hivegate::config::Config;
 
 #[tokio::main]
@@ -23,6 +23,9 @@ async fn main() -> ExitCode {
         },
         Command::Migrate => app::migrate_only(&config).await,
         Command::Healthcheck => app::healthcheck(config.listen).await,
+        Command::Audit { command: AuditCommand::Verify { agent } } => {
+            app::verify_audit(&config, agent.as_deref()).await
+        }
         Command::Config { command: ConfigCommand::Check } => {
             println!("{config:#?}");
             Ok(())

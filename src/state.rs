@@ -1,5 +1,6 @@
 //! The shared state every handler gets: built once in [`crate::app::Application::build`].
 
+use crate::audit::AuditWriter;
 use std::sync::Arc;
 
 use crate::config::Config;
@@ -32,4 +33,6 @@ pub struct AppState {
     pub sessions: Arc<Sessions>,
     /// Every SSE stream open on this replica; the bus feeds it committed changes.
     pub hub: Arc<Hub>,
+    /// Queues MCP request audit records for the batching writer.
+    pub audit: AuditWriter,
 }

@@ -1,5 +1,7 @@
 //! Domain types: values that are valid once they exist (parse, don't validate).
 
+/// The audit log's per-agent hash chain: hashing and verification.
+pub mod audit;
 /// MCP content blocks and annotations: their checks at write time and their rendering at read time.
 pub mod content;
 /// Identifiers with a fixed syntax: agent ids, prompt names, resource URIs.

@@ -264,7 +264,7 @@ pub struct AuditFilter {
 }
 
 /// One audit record: an admin change (`kind` `admin`) or an MCP request (`kind` `mcp`).
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditRecord {
     pub id: String,
@@ -300,4 +300,13 @@ pub struct AuditRecord {
     pub user_agent: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// Position in the agent's hash chain (from 1); see [`crate::domain::audit`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chain_seq: Option<i64>,
+    /// Hash of the record before this one in the chain (`""` for the first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prev_hash: Option<String>,
+    /// `hex(SHA-256(prevHash + "\n" + fields))`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
 }

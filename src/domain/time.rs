@@ -2,7 +2,7 @@ use chrono::{DateTime, SecondsFormat, TimeZone, Utc};
 
 /// A point in time as the store keeps it: microseconds since the Unix epoch, UTC.
 /// Both backends store the same integer, so ordering and equality never differ between them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(i64);
 
 impl Timestamp {

@@ -34,7 +34,10 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/{agent_id}/mcp",
-            post(crate::mcp::transport::post).get(crate::mcp::standalone::get).delete(crate::mcp::standalone::delete),
+            post(crate::mcp::transport::post)
+                .get(crate::mcp::standalone::get)
+                .delete(crate::mcp::standalone::delete)
+                .layer(axum::middleware::from_fn_with_state(state.clone(), crate::mcp::audit::record)),
         )
         .fallback(not_found)
         .layer(

@@ -152,6 +152,7 @@ impl McpError {
             jsonrpc::failure(id, &self),
         )
             .into_response();
+        response.extensions_mut().insert(super::audit::ErrorCode(self.code()));
         let headers = response.headers_mut();
         match &self {
             McpError::Unauthenticated => {

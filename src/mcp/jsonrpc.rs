@@ -52,6 +52,16 @@ pub struct Call {
     pub params: Option<Value>,
 }
 
+impl Message {
+    /// The method of a request or notification.
+    pub fn method(&self) -> Option<&str> {
+        match self {
+            Message::Request(call) | Message::Notification(call) => Some(&call.method),
+            Message::Response => None,
+        }
+    }
+}
+
 impl Call {
     /// The params as an object, if they are one.
     pub fn params_object(&self) -> Option<&Map<String, Value>> {

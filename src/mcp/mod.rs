@@ -26,6 +26,8 @@
 //! queue, keeps what its session's subscriptions or listen filter want, and writes them; a gap, a lag or a
 //! `Last-Event-ID` is filled from the event table, so nothing is sent twice or lost.
 
+/// One audit record per MCP request that passed authentication.
+pub mod audit;
 /// Method table and the context methods apply against.
 pub mod dispatch;
 /// Era detection and the modern envelope and header checks.

@@ -19,12 +19,13 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use super::audit::Trail;
 use super::error::McpError;
 use super::headers::mirrored;
 use super::hub::Kind;
 use super::sse::{self, EventId, Interest};
 use super::stream::{Flavor, Start, Stream};
-use super::transport::admit;
+use super::transport::{Admitted, admit};
 use super::types::{LEGACY_VERSIONS, header as mcp_header};
 use crate::domain::session::Session;
 use crate::events::BusMessage;
@@ -40,19 +41,18 @@ pub async fn get(
     request: Request,
 ) -> Response {
     let (parts, _) = request.into_parts();
-    match open(&state, path, &parts.headers, &parts.uri).await {
+    let admitted = match admit(&state, path, &parts.headers, &parts.uri).await {
+        Ok(admitted) => admitted,
+        Err(error) => return error.into_http(None),
+    };
+    let trail = Trail::new(&admitted, &parts.headers, "GET", String::new());
+    trail.attach(match open(&state, &admitted, &parts.headers).await {
         Ok(response) => response,
         Err(error) => error.into_http(None),
-    }
+    })
 }
 
-async fn open(
-    state: &AppState,
-    path: Result<Path<String>, PathRejection>,
-    headers: &HeaderMap,
-    uri: &axum::http::Uri,
-) -> Result<Response, McpError> {
-    let admitted = admit(state, path, headers, uri).await?;
+async fn open(state: &AppState, admitted: &Admitted, headers: &HeaderMap) -> Result<Response, McpError> {
     check_version(headers)?;
     if !accepts_event_stream(headers) {
         return Err(McpError::NotAcceptable);
@@ -143,8 +143,12 @@ pub async fn delete(
     request: Request,
 ) -> Response {
     let (parts, _) = request.into_parts();
+    let admitted = match admit(&state, path, &parts.headers, &parts.uri).await {
+        Ok(admitted) => admitted,
+        Err(error) => return error.into_http(None),
+    };
+    let trail = Trail::new(&admitted, &parts.headers, "DELETE", String::new());
     let ended = async {
-        let admitted = admit(&state, path, &parts.headers, &parts.uri).await?;
         check_version(&parts.headers)?;
         let session: Arc<Session> = state
             .sessions
@@ -156,10 +160,10 @@ pub async fn delete(
         state.bus.settle(state.store.as_ref()).await;
         Ok::<_, McpError>(())
     };
-    match ended.await {
+    trail.attach(match ended.await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(error) => error.into_http(None),
-    }
+    })
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use futures::StreamExt;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use super::audit::{ErrorCode, Trail};
 use super::dispatch::{self, Context, Method};
 use super::era::{self, Era};
 use super::error::McpError;
@@ -56,14 +57,27 @@ pub async fn post(
         Ok(admitted) => admitted,
         Err(error) => return error.into_http(None),
     };
-    let bytes = match read_body(body, &parts.headers, state.config.limits.max_body_bytes).await {
+    let headers = &parts.headers;
+    let unparsed = |admitted: &Admitted| Trail::new(admitted, headers, "-", String::new());
+    let bytes = match read_body(body, headers, state.config.limits.max_body_bytes).await {
         Ok(bytes) => bytes,
-        Err(error) => return error.into_http(None),
+        Err(error) => return unparsed(&admitted).attach(error.into_http(None)),
     };
     match jsonrpc::parse(&bytes) {
-        Ok(Body::Single(message)) => single(&state, admitted, &parts.headers, message).await,
-        Ok(Body::Batch(messages)) => batch(&state, admitted, &parts.headers, messages).await,
-        Err(error) => error.into_http(None),
+        Ok(Body::Single(message)) => {
+            let trail = match &message {
+                Ok(Message::Request(call) | Message::Notification(call)) => Trail::of_call(&admitted, headers, call),
+                Ok(Message::Response) | Err(_) => unparsed(&admitted),
+            };
+            trail.attach(single(&state, admitted, headers, message).await)
+        }
+        Ok(Body::Batch(messages)) => {
+            let methods: Vec<&str> =
+                messages.iter().filter_map(|m| m.as_ref().ok()).filter_map(Message::method).collect();
+            let trail = Trail::new(&admitted, headers, "batch", methods.join(","));
+            trail.attach(batch(&state, admitted, headers, messages).await)
+        }
+        Err(error) => unparsed(&admitted).attach(error.into_http(None)),
     }
 }
 
@@ -176,9 +190,17 @@ async fn single(
             }
         }
         Ok(result) => reply(format, jsonrpc::success(id, &result)),
-        Err(error) if error.status() == StatusCode::OK => reply(format, jsonrpc::failure(Some(id), &error)),
+        Err(error) if error.status() == StatusCode::OK => {
+            failed(reply(format, jsonrpc::failure(Some(id), &error)), &error)
+        }
         Err(error) => error.into_http(Some(id)),
     }
+}
+
+/// Marks an answer that carries a JSON-RPC error (with HTTP 200) for the audit record.
+fn failed(mut response: Response, error: &McpError) -> Response {
+    response.extensions_mut().insert(ErrorCode(error.code()));
+    response
 }
 
 /// The legacy session named by `Mcp-Session-Id`, checked (404/-31410 when it cannot be used); without a
@@ -226,7 +248,9 @@ async fn listen(
     }
     match super::listen::open(state, admitted, id, params).await {
         Ok(body) => (StatusCode::OK, sse::headers(), body).into_response(),
-        Err(error) if error.status() == StatusCode::OK => reply(ReplyFormat::Json, jsonrpc::failure(Some(id), &error)),
+        Err(error) if error.status() == StatusCode::OK => {
+            failed(reply(ReplyFormat::Json, jsonrpc::failure(Some(id), &error)), &error)
+        }
         Err(error) => error.into_http(Some(id)),
     }
 }

@@ -145,6 +145,13 @@ pub trait Store: Send + Sync + 'static {
     /// record of the page before.
     async fn list_audit(&self, filter: &AuditFilter, after: After<'_>, limit: u32) -> StoreResult<Vec<AuditRecord>>;
 
+    /// Appends records (of MCP requests) to their agents' hash chains in one transaction.
+    async fn append_audit(&self, records: Vec<AuditRecord>) -> StoreResult<()>;
+    /// The heads of every agent's audit chain, or of `agent`'s, by agent id.
+    async fn audit_heads(&self, agent: Option<&str>) -> StoreResult<Vec<crate::domain::audit::ChainHead>>;
+    /// Records of `agent`'s chain after position `after_seq`, in chain order, at most `limit`.
+    async fn audit_chain_page(&self, agent: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<AuditRecord>>;
+
     /// Sends `message` on the bus as its own (empty) commit, in commit order with every change.
     async fn announce(&self, message: crate::events::BusMessage) -> StoreResult<()>;
     /// The replicas whose event listener has proven alive recently (PostgreSQL); empty with SQLite, whose

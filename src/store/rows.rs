@@ -302,6 +302,9 @@ pub(super) struct AuditRow {
     client_ip: Option<String>,
     user_agent: Option<String>,
     trace_id: Option<String>,
+    chain_seq: Option<i64>,
+    prev_hash: Option<String>,
+    hash: Option<String>,
 }
 
 impl AuditRow {
@@ -328,6 +331,9 @@ impl AuditRow {
             client_ip: self.client_ip,
             user_agent: self.user_agent,
             trace_id: self.trace_id,
+            chain_seq: self.chain_seq,
+            prev_hash: self.prev_hash,
+            hash: self.hash,
         }
     }
 }

@@ -158,6 +158,14 @@ macro_rules! template_columns {
     };
 }
 
+macro_rules! audit_columns {
+    () => {
+        "audit_id, agent_id, occurred_at, kind, actor, action, target, before_digest, after_digest, request_id, \
+         key_id, key_prefix, session_id, method, outcome, error_code, bytes_out, latency_us, client_ip, user_agent, \
+         trace_id, chain_seq, prev_hash, hash"
+    };
+}
+
 macro_rules! prompt_columns {
     () => {
         "name, title, description, arguments, messages, created_at, updated_at"
@@ -165,7 +173,8 @@ macro_rules! prompt_columns {
 }
 
 pub(super) use {
-    agent_columns, key_columns, prompt_columns, resource_columns, resource_content_columns, template_columns,
+    agent_columns, audit_columns, key_columns, prompt_columns, resource_columns, resource_content_columns,
+    template_columns,
 };
 
 /// Expands the [`Store`](super::Store) implementation for a backend: `impl_store!(Type, Database, "name")`.
@@ -185,6 +194,7 @@ macro_rules! impl_store {
                 Actor, Agent, AgentPatch, AuditFilter, AuditRecord, ChangeEvent, Content, KeyRecord, NewAgent, NewKey,
                 NewPrompt, NewResource, NewResourceTemplate, Prompt, Resource, ResourceTemplate,
             };
+            use $crate::domain::audit::ChainHead;
             use $crate::domain::session::{Pruned, Session, SessionDigest};
             use $crate::domain::time::Timestamp;
             use $crate::domain::{AgentId, PromptName, ResourceUri};
@@ -195,7 +205,7 @@ macro_rules! impl_store {
             };
             use $crate::store::sql::sessions::{PRUNE_BATCH, SessionRow};
             use $crate::store::sql::{
-                Change, agent_columns, key_columns, prefix_upper_bound, prompt_columns, resource_columns,
+                Change, agent_columns, audit_columns, key_columns, prefix_upper_bound, prompt_columns, resource_columns,
                 resource_content_columns, template_columns,
             };
             use $crate::store::{After, BatchOutcome, Store, StoreError, StoreResult, Upserted};
@@ -251,20 +261,96 @@ macro_rules! impl_store {
                 }
 
                 async fn insert_audit(tx: &mut Tx, audit: Audit<'_>, now: Timestamp) -> StoreResult<()> {
-                    sqlx::query(
+                    let mut record = AuditRecord {
+                        id: uuid::Uuid::now_v7().to_string(),
+                        agent_id: audit.agent.to_string(),
+                        occurred_at: now,
+                        kind: "admin".to_owned(),
+                        actor: audit.actor.name.clone(),
+                        action: audit.action.to_owned(),
+                        target: audit.target.to_owned(),
+                        before_digest: audit.before,
+                        after_digest: audit.after,
+                        request_id: audit.actor.request_id.clone(),
+                        ..AuditRecord::default()
+                    };
+                    Self::append_audit_in(tx, std::slice::from_mut(&mut record)).await
+                }
+
+                /// Appends `records` to their agents' hash chains and stores them, inside `tx`. Each agent's
+                /// head row is locked (agents in sorted order, so concurrent writers never deadlock) by the
+                /// statement that reserves the records' positions.
+                async fn append_audit_in(tx: &mut Tx, records: &mut [AuditRecord]) -> StoreResult<()> {
+                    let mut agents: Vec<String> = records.iter().map(|record| record.agent_id.clone()).collect();
+                    agents.sort_unstable();
+                    agents.dedup();
+                    for agent in &agents {
+                        let count = records.iter().filter(|record| &record.agent_id == agent).count() as i64;
+                        let (last, mut hash) = sqlx::query_as::<$db, (i64, String)>(
+                            "insert into audit_chain (agent_id, seq, head) values ($1, $2, '') \
+                             on conflict (agent_id) do update set seq = audit_chain.seq + excluded.seq \
+                             returning seq, head",
+                        )
+                        .bind(agent.as_str())
+                        .bind(count)
+                        .fetch_one(&mut **tx)
+                        .await
+                        .map_err(Self::error)?;
+                        let mut seq = last - count;
+                        for record in records.iter_mut().filter(|record| &record.agent_id == agent) {
+                            seq += 1;
+                            record.chain_seq = Some(seq);
+                            record.prev_hash = Some(hash.clone());
+                            hash = $crate::domain::audit::chain_hash(&hash, record, seq);
+                            record.hash = Some(hash.clone());
+                        }
+                        sqlx::query::<$db>("update audit_chain set head = $2 where agent_id = $1")
+                            .bind(agent.as_str())
+                            .bind(&hash)
+                            .execute(&mut **tx)
+                            .await
+                            .map_err(Self::error)?;
+                    }
+                    for record in records.iter() {
+                        Self::insert_audit_row(tx, record).await?;
+                    }
+                    Ok(())
+                }
+
+                async fn insert_audit_row(tx: &mut Tx, record: &AuditRecord) -> StoreResult<()> {
+                    let at = record.occurred_at.as_micros();
+                    sqlx::query::<$db>(
                         "insert into audit (audit_id, agent_id, occurred_at, kind, actor, action, target, \
-                         before_digest, after_digest, request_id, created_at, updated_at) \
-                         values ($1, $2, $3, 'admin', $4, $5, $6, $7, $8, $9, $3, $3)",
+                         before_digest, after_digest, request_id, key_id, key_prefix, session_id, method, \
+                         outcome, error_code, bytes_out, latency_us, client_ip, user_agent, trace_id, \
+                         chain_seq, prev_hash, hash, created_at, updated_at) values ($1, $2, $3, $4, $5, $6, \
+                         $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, \
+                         $3, $3)",
                     )
-                    .bind(uuid::Uuid::now_v7().to_string())
-                    .bind(audit.agent.as_str())
-                    .bind(now.as_micros())
-                    .bind(audit.actor.name.as_str())
-                    .bind(audit.action)
-                    .bind(audit.target)
-                    .bind(audit.before)
-                    .bind(audit.after)
-                    .bind(audit.actor.request_id.as_deref())
+                    .bind(&record.id)
+                    .bind(&record.agent_id)
+                    .bind(at)
+                    .bind(&record.kind)
+                    .bind(&record.actor)
+                    .bind(&record.action)
+                    .bind(&record.target)
+                    .bind(&record.before_digest)
+                    .bind(&record.after_digest)
+                    .bind(&record.request_id)
+                    .bind(&record.key_id)
+                    .bind(&record.key_prefix)
+                    .bind(&record.session_id)
+                    .bind(&record.method)
+                    .bind(&record.outcome)
+                    .bind(record.error_code)
+                    .bind(record.bytes_out)
+                    .bind(record.latency_us)
+                    .bind(&record.client_ip)
+                    .bind(&record.user_agent)
+                    .bind(&record.trace_id)
+                    .bind(record.chain_seq)
+                    .bind(&record.prev_hash)
+                    .bind(&record.hash)
                     .execute(&mut **tx)
                     .await
                     .map_err(Self::error)?;

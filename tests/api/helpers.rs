@@ -85,6 +85,22 @@ impl TestDatabase {
         }
     }
 
+    /// Runs `sql` on the test database directly (to tamper with what hivegate wrote).
+    pub async fn execute(&self, sql: &'static str) {
+        match &self.cleanup {
+            Cleanup::PostgresDatabase { .. } => {
+                let mut conn = PgConnection::connect(&self.url).await.expect("test database connection");
+                sqlx::query(sql).execute(&mut conn).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+                let _ = conn.close().await;
+            }
+            Cleanup::SqliteFile(_) => {
+                let mut conn = sqlx::SqliteConnection::connect(&self.url).await.expect("test database connection");
+                sqlx::query(sql).execute(&mut conn).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+                let _ = conn.close().await;
+            }
+        }
+    }
+
     /// A connection to the PostgreSQL server outside the test database, for inspecting and disturbing it.
     pub async fn maintenance_connection(&self) -> PgConnection {
         match &self.cleanup {

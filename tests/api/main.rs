@@ -26,6 +26,8 @@ mod helpers;
 
 /// Agents: create, list, get, merge-patch, delete, and their errors.
 mod agents;
+/// The audit log of MCP requests and its hash chain.
+mod audit;
 /// Who may do what: the operator token, `registry` and `mcp` keys, revocation and expiry.
 mod auth;
 /// Batches apply all or nothing.

@@ -31,10 +31,10 @@ macro_rules! impl_store_methods {
                 limit: u32,
             ) -> StoreResult<Vec<AuditRecord>> {
                 // Keyset pagination on (occurred_at, audit_id), newest first; each filter is off when null.
-                sqlx::query_as::<$db, AuditRow>(
-                    "select audit_id, agent_id, occurred_at, kind, actor, action, target, before_digest, \
-                     after_digest, request_id, key_id, key_prefix, session_id, method, outcome, error_code, \
-                     bytes_out, latency_us, client_ip, user_agent, trace_id from audit \
+                sqlx::query_as::<$db, AuditRow>(concat!(
+                    "select ",
+                    audit_columns!(),
+                    " from audit \
                      where ($1 is null or agent_id = $1) \
                      and ($2 is null or occurred_at >= $2) \
                      and ($3 is null or occurred_at < $3) \
@@ -42,12 +42,58 @@ macro_rules! impl_store_methods {
                      and ($5 is null or (occurred_at, audit_id) < \
                           (select occurred_at, audit_id from audit where audit_id = $5)) \
                      order by occurred_at desc, audit_id desc limit $6",
-                )
+                ))
                 .bind(filter.agent.as_ref().map(AgentId::as_str))
                 .bind(filter.since.map(Timestamp::as_micros))
                 .bind(filter.until.map(Timestamp::as_micros))
                 .bind(filter.method.as_deref())
                 .bind(after)
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await
+                .map_err(Self::error)
+                .map(|rows| rows.into_iter().map(AuditRow::into_record).collect())
+            }
+
+            async fn append_audit(&self, mut records: Vec<AuditRecord>) -> StoreResult<()> {
+                if records.is_empty() {
+                    return Ok(());
+                }
+                let mut tx = self.begin_write().await?;
+                Self::append_audit_in(&mut tx, &mut records).await?;
+                self.commit(tx, Vec::new()).await
+            }
+
+            async fn audit_heads(&self, agent: Option<&str>) -> StoreResult<Vec<ChainHead>> {
+                sqlx::query_as::<$db, (String, i64, String, i64, String)>(
+                    "select agent_id, seq, head, pruned_seq, pruned_hash from audit_chain \
+                     where ($1 is null or agent_id = $1) order by agent_id",
+                )
+                .bind(agent)
+                .fetch_all(self.reader())
+                .await
+                .map_err(Self::error)
+                .map(|rows| {
+                    rows.into_iter()
+                        .map(|(agent_id, seq, hash, pruned_seq, pruned_hash)| ChainHead {
+                            agent_id,
+                            seq,
+                            hash,
+                            pruned_seq,
+                            pruned_hash,
+                        })
+                        .collect()
+                })
+            }
+
+            async fn audit_chain_page(&self, agent: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<AuditRecord>> {
+                sqlx::query_as::<$db, AuditRow>(concat!(
+                    "select ",
+                    audit_columns!(),
+                    " from audit where agent_id = $1 and chain_seq > $2 order by chain_seq limit $3",
+                ))
+                .bind(agent)
+                .bind(after_seq)
                 .bind(i64::from(limit))
                 .fetch_all(self.reader())
                 .await

@@ -1,0 +1,182 @@
+//! The batching writer of MCP request audit records.
+//!
+//! Admin changes write their audit record in the change's own transaction (see the store). MCP requests are
+//! far more frequent, so their records go through a bounded queue to one background task that appends them
+//! in batches, one transaction each: a batch is written when it reaches `audit.batch_size` records, every
+//! `audit.flush_interval_ms`, and at shutdown. While the database is unreachable the task keeps its batch
+//! and retries with backoff, and new records wait in the queue; only when the queue is full is a record
+//! dropped, and every drop is counted ([`AuditStats`]) and logged.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::AuditConfig;
+use crate::domain::model::AuditRecord;
+use crate::store::Store;
+
+/// The longest wait between two attempts to write a batch while the database is unreachable.
+const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Counters of the writer, for metrics and operators.
+#[derive(Debug, Default)]
+pub struct AuditStats {
+    /// Records accepted into the queue.
+    pub queued: AtomicU64,
+    /// Records written to the database.
+    pub written: AtomicU64,
+    /// Records dropped because the queue was full.
+    pub dropped: AtomicU64,
+    /// Batches that failed to write (and were retried).
+    pub failed_batches: AtomicU64,
+}
+
+impl AuditStats {
+    /// Records accepted but not written yet.
+    pub fn backlog(&self) -> u64 {
+        let written = self.written.load(Ordering::Relaxed);
+        self.queued.load(Ordering::Relaxed).saturating_sub(written)
+    }
+}
+
+/// The handle requests record through; cheap to clone.
+#[derive(Clone)]
+pub struct AuditWriter {
+    sender: Option<mpsc::Sender<AuditRecord>>,
+    stats: Arc<AuditStats>,
+}
+
+/// Stops the writer: the task writes everything queued, then ends.
+pub struct AuditTask {
+    stop: Option<oneshot::Sender<()>>,
+    done: Option<oneshot::Receiver<()>>,
+}
+
+impl AuditWriter {
+    /// Starts the writer task (`None` for the handle's sender when MCP auditing is off).
+    pub fn start(store: Arc<dyn Store>, config: &AuditConfig) -> (AuditWriter, AuditTask) {
+        let stats = Arc::new(AuditStats::default());
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let (done_tx, done_rx) = oneshot::channel();
+        if !config.mcp_requests {
+            let _ = done_tx.send(());
+            return (AuditWriter { sender: None, stats }, AuditTask { stop: Some(stop_tx), done: Some(done_rx) });
+        }
+        let (sender, receiver) = mpsc::channel(config.queue_capacity.max(1));
+        let batcher = Batcher {
+            store,
+            stats: stats.clone(),
+            batch_size: config.batch_size.max(1),
+            interval: Duration::from_millis(config.flush_interval_ms.max(1)),
+        };
+        tokio::spawn(async move {
+            batcher.run(receiver, stop_rx).await;
+            let _ = done_tx.send(());
+        });
+        (AuditWriter { sender: Some(sender), stats }, AuditTask { stop: Some(stop_tx), done: Some(done_rx) })
+    }
+
+    /// Queues a record; never waits. A full queue drops the record (counted and logged).
+    pub fn record(&self, record: AuditRecord) {
+        let Some(sender) = &self.sender else { return };
+        match sender.try_send(record) {
+            Ok(()) => {
+                self.stats.queued.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(mpsc::error::TrySendError::Full(record)) => {
+                let dropped = self.stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                if dropped.is_power_of_two() {
+                    tracing::error!(dropped, agent = %record.agent_id, "audit queue full: records dropped");
+                }
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub fn stats(&self) -> &Arc<AuditStats> {
+        &self.stats
+    }
+}
+
+impl AuditTask {
+    /// Writes what is queued and stops, waiting at most `deadline`.
+    pub async fn stop(mut self, deadline: Duration) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(done) = self.done.take()
+            && tokio::time::timeout(deadline, done).await.is_err()
+        {
+            tracing::error!("audit records still unwritten at shutdown after {deadline:?}");
+        }
+    }
+}
+
+struct Batcher {
+    store: Arc<dyn Store>,
+    stats: Arc<AuditStats>,
+    batch_size: usize,
+    interval: Duration,
+}
+
+impl Batcher {
+    async fn run(&self, mut receiver: mpsc::Receiver<AuditRecord>, mut stop: oneshot::Receiver<()>) {
+        let mut batch = Vec::with_capacity(self.batch_size);
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                received = receiver.recv() => match received {
+                    Some(record) => {
+                        batch.push(record);
+                        if batch.len() >= self.batch_size {
+                            self.write(&mut batch).await;
+                        }
+                    }
+                    None => break,
+                },
+                _ = tick.tick() => {
+                    if !batch.is_empty() {
+                        self.write(&mut batch).await;
+                    }
+                }
+                _ = &mut stop => break,
+            }
+        }
+        // Shutting down: everything still queued, in batches.
+        receiver.close();
+        while let Some(record) = receiver.recv().await {
+            batch.push(record);
+            if batch.len() >= self.batch_size {
+                self.write(&mut batch).await;
+            }
+        }
+        if !batch.is_empty() {
+            self.write(&mut batch).await;
+        }
+    }
+
+    /// Writes the batch, retrying with backoff until it is stored; then empties it.
+    async fn write(&self, batch: &mut Vec<AuditRecord>) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match self.store.append_audit(batch.clone()).await {
+                Ok(()) => {
+                    self.stats.written.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    batch.clear();
+                    return;
+                }
+                Err(error) => {
+                    self.stats.failed_batches.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%error, records = batch.len(), retry_in_ms = backoff.as_millis() as u64, "could not write audit records");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_RETRY_BACKOFF);
+                }
+            }
+        }
+    }
+}

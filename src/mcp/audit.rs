@@ -1,0 +1,183 @@
+//! One audit record per MCP request that passed authentication: who asked what, and how it went.
+//!
+//! The handlers know the agent, key, method and target; they attach them to the response as a [`Trail`]
+//! (and every JSON-RPC error attaches its [`ErrorCode`]). The [`record`] middleware around the endpoint
+//! knows the rest (time, latency, client address, user agent, request and trace ids, bytes sent) and hands
+//! the finished record to the batching writer ([`crate::audit`]). Requests refused before the key was
+//! accepted carry no trail: they belong to no agent's chain (they are counted in metrics and logs).
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use axum::body::HttpBody as _;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, header};
+use axum::middleware::Next;
+use axum::response::Response;
+use serde_json::Value;
+
+use super::jsonrpc::Call;
+use super::transport::Admitted;
+use super::types::header as mcp_header;
+use crate::domain::model::AuditRecord;
+use crate::domain::session::SessionToken;
+use crate::domain::time::Timestamp;
+use crate::http::REQUEST_ID;
+use crate::state::AppState;
+
+/// The longest target, user agent or method kept in a record; longer values are cut (on a char boundary).
+const MAX_FIELD_CHARS: usize = 512;
+
+/// What the handler knows of a request, attached to its response.
+#[derive(Debug, Clone)]
+pub struct Trail {
+    agent_id: String,
+    key_id: String,
+    key_prefix: String,
+    /// The legacy session's digest (never the id the client holds), or `listen:<request id>`.
+    session: Option<String>,
+    method: String,
+    target: String,
+}
+
+impl Trail {
+    /// A trail for a request of `admitted` to `method` on `target`.
+    pub(super) fn new(admitted: &Admitted, headers: &HeaderMap, method: &str, target: String) -> Self {
+        let session = headers
+            .get(mcp_header::SESSION_ID)
+            .and_then(|value| value.to_str().ok())
+            .and_then(SessionToken::parse)
+            .map(|token| token.digest().as_str().to_owned());
+        Self {
+            agent_id: admitted.agent.id.to_string(),
+            key_id: admitted.key.id.clone(),
+            key_prefix: admitted.key.prefix.clone(),
+            session,
+            method: cut(method),
+            target: cut(&target),
+        }
+    }
+
+    /// The trail of a JSON-RPC call: its method and what it names (URI, prompt name, reference).
+    pub(super) fn of_call(admitted: &Admitted, headers: &HeaderMap, call: &Call) -> Self {
+        let mut trail = Self::new(admitted, headers, &call.method, target_of(call));
+        if call.method == "subscriptions/listen"
+            && let Some(id) = &call.id
+        {
+            trail.session = Some(format!("listen:{}", cut(id.as_raw().get())));
+        }
+        trail
+    }
+
+    /// Attaches the trail to `response`, which is then audited.
+    pub fn attach(self, mut response: Response) -> Response {
+        response.extensions_mut().insert(self);
+        response
+    }
+}
+
+/// The JSON-RPC error code a response answered with.
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorCode(pub i32);
+
+/// What a call names: `uri` (resources, subscriptions), `name` (prompts), the `ref` of a completion.
+fn target_of(call: &Call) -> String {
+    let Some(params) = call.params_object() else { return String::new() };
+    let text = |value: Option<&Value>| value.and_then(Value::as_str).map(str::to_owned);
+    text(params.get("uri"))
+        .or_else(|| text(params.get("name")))
+        .or_else(|| {
+            let reference = params.get("ref")?;
+            text(reference.get("uri")).or_else(|| text(reference.get("name")))
+        })
+        .unwrap_or_default()
+}
+
+fn cut(value: &str) -> String {
+    match value.char_indices().nth(MAX_FIELD_CHARS) {
+        Some((end, _)) => value[..end].to_owned(),
+        None => value.to_owned(),
+    }
+}
+
+/// The trace id of a W3C `traceparent` header (`00-<32 hex>-<16 hex>-<2 hex>`), if well formed.
+fn trace_id(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get("traceparent")?.to_str().ok()?;
+    let mut parts = value.split('-');
+    let (_version, trace) = (parts.next()?, parts.next()?);
+    let valid = trace.len() == 32 && trace.bytes().all(|b| b.is_ascii_hexdigit()) && trace.bytes().any(|b| b != b'0');
+    valid.then(|| trace.to_ascii_lowercase())
+}
+
+/// Middleware around `/{agent_id}/mcp`: turns the response's [`Trail`] into an audit record.
+pub async fn record(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let occurred_at = Timestamp::now();
+    let headers = request.headers();
+    let client_ip = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|info| info.0.ip().to_string());
+    let user_agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).map(cut);
+    let request_id = headers.get(REQUEST_ID).and_then(|v| v.to_str().ok()).map(cut);
+    let trace_id = trace_id(headers);
+    let response = next.run(request).await;
+    let Some(trail) = response.extensions().get::<Trail>().cloned() else { return response };
+    let error_code = response.extensions().get::<ErrorCode>().map(|code| code.0);
+    // Streams (SSE) have no size yet when answered.
+    let bytes_out = response.body().size_hint().exact().and_then(|bytes| i64::try_from(bytes).ok());
+    state.audit.record(AuditRecord {
+        id: uuid::Uuid::now_v7().to_string(),
+        agent_id: trail.agent_id,
+        occurred_at,
+        kind: "mcp".to_owned(),
+        actor: format!("key:{}", trail.key_id),
+        action: trail.method.clone(),
+        target: trail.target,
+        request_id,
+        key_id: Some(trail.key_id),
+        key_prefix: Some(trail.key_prefix),
+        session_id: trail.session,
+        method: Some(trail.method),
+        outcome: Some(if error_code.is_some() || !response.status().is_success() { "error" } else { "ok" }.to_owned()),
+        error_code,
+        bytes_out,
+        latency_us: Some(i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX)),
+        client_ip,
+        user_agent,
+        trace_id,
+        ..AuditRecord::default()
+    });
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_ids_come_from_well_formed_traceparents_only() {
+        let mut headers = HeaderMap::new();
+        headers.insert("traceparent", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01".parse().unwrap());
+        assert_eq!(trace_id(&headers).as_deref(), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
+        headers.insert("traceparent", "00-00000000000000000000000000000000-00f067aa0ba902b7-01".parse().unwrap());
+        assert_eq!(trace_id(&headers), None);
+        headers.insert("traceparent", "garbage".parse().unwrap());
+        assert_eq!(trace_id(&headers), None);
+    }
+
+    #[test]
+    fn long_fields_are_cut_on_a_char_boundary() {
+        let long = "é".repeat(MAX_FIELD_CHARS + 10);
+        assert_eq!(cut(&long).chars().count(), MAX_FIELD_CHARS);
+        assert_eq!(cut("short"), "short");
+    }
+
+    #[test]
+    fn targets_name_what_the_call_is_about() {
+        let call = |method: &str, params: Value| Call { id: None, method: method.to_owned(), params: Some(params) };
+        let read = call("resources/read", serde_json::json!({"uri": "test://a"}));
+        assert_eq!(target_of(&read), "test://a");
+        assert_eq!(target_of(&call("prompts/get", serde_json::json!({"name": "p"}))), "p");
+        let complete = call("completion/complete", serde_json::json!({"ref": {"type": "ref/prompt", "name": "q"}}));
+        assert_eq!(target_of(&complete), "q");
+        assert_eq!(target_of(&call("resources/list", serde_json::json!({}))), "");
+    }
+}

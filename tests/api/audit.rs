@@ -1,0 +1,120 @@
+//! The audit log of MCP requests, and its hash chain as `hivegate audit verify` checks it.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::helpers::{Api, Backend, TempDir, TestApp, eventually, expect_json, run_hivegate, spawn_app};
+use crate::mcp_client::{Mcp, agent_with_key};
+
+both!(mcp_requests_are_audited, the_chain_verifies_and_tampering_is_detected);
+
+/// The audit records of `agent` for `method` (an MCP method or an admin action), newest first.
+async fn records(app: &TestApp, agent: &str, method: &str) -> Vec<Value> {
+    let query = [("agent", agent), ("method", method)];
+    let response = app.op(Method::GET, "/admin/v1/audit").query(&query).send().await.unwrap();
+    let page = expect_json(response, StatusCode::OK).await;
+    page["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// Waits until `count` records of `method` are written (MCP records are written in batches).
+async fn written(app: &TestApp, agent: &str, method: &str, count: usize) -> Vec<Value> {
+    eventually(&format!("{count} audit record(s) of {method}"), || async {
+        let found = records(app, agent, method).await;
+        (found.len() >= count).then_some(found)
+    })
+    .await
+}
+
+async fn mcp_requests_are_audited(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = agent_with_key(&app, "bot").await;
+    app.put_text("bot", "test://a", "hello").await;
+    let mcp = Mcp::new(&app, "bot", &key);
+
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "resources/read", "params": {"uri": "test://a"}});
+    let response = mcp
+        .post()
+        .header("user-agent", "audit-test/1.0")
+        .header("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        .header("x-request-id", "req-audit-1")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let answer = expect_json(response, StatusCode::OK).await;
+    assert_eq!(answer["result"]["contents"][0]["text"], "hello");
+    mcp.legacy("no/such/method", json!({})).await;
+    mcp.legacy("resources/list", json!({})).await;
+
+    let read = &written(&app, "bot", "resources/read", 1).await[0];
+    assert_eq!(read["kind"], "mcp");
+    assert_eq!(read["agentId"], "bot");
+    assert_eq!(read["action"], "resources/read");
+    assert_eq!(read["method"], "resources/read");
+    assert_eq!(read["target"], "test://a");
+    assert_eq!(read["outcome"], "ok");
+    assert!(read.get("errorCode").is_none(), "{read}");
+    let key_id = read["keyId"].as_str().expect("keyId");
+    assert_eq!(read["actor"], format!("key:{key_id}"));
+    assert_eq!(read["keyPrefix"].as_str(), Some(&key[..12]));
+    assert!(read["bytesOut"].as_i64().is_some_and(|bytes| bytes > 0), "{read}");
+    assert!(read["latencyUs"].as_i64().is_some_and(|us| us >= 0), "{read}");
+    assert_eq!(read["clientIp"], "127.0.0.1");
+    assert_eq!(read["userAgent"], "audit-test/1.0");
+    assert_eq!(read["requestId"], "req-audit-1");
+    assert_eq!(read["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert!(read["hash"].as_str().is_some_and(|hash| hash.len() == 64), "{read}");
+
+    let failed = &written(&app, "bot", "no/such/method", 1).await[0];
+    assert_eq!(failed["outcome"], "error");
+    assert_eq!(failed["errorCode"], -32601);
+    written(&app, "bot", "resources/list", 1).await;
+
+    // Refused before the key was accepted: no agent's record.
+    let response = app.with_key(Method::POST, "/bot/mcp", "bak_wrong").json(&body).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    let all = written(&app, "bot", "resources/read", 1).await;
+    assert_eq!(all.len(), 1, "only the accepted read is recorded: {all:?}");
+
+    // Another agent's records are not in this agent's log.
+    let other = agent_with_key(&app, "other").await;
+    Mcp::new(&app, "other", &other).legacy("resources/list", json!({})).await;
+    written(&app, "other", "resources/list", 1).await;
+    assert!(written(&app, "bot", "resources/list", 1).await.iter().all(|record| record["agentId"] == "bot"));
+}
+
+async fn the_chain_verifies_and_tampering_is_detected(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let dir = TempDir::new();
+    let key = agent_with_key(&app, "bot").await;
+    app.put_text("bot", "test://a", "a").await;
+    let mcp = Mcp::new(&app, "bot", &key);
+    for _ in 0..3 {
+        mcp.legacy("resources/list", json!({})).await;
+    }
+    written(&app, "bot", "resources/list", 3).await;
+
+    let verify = || run_hivegate(dir.path(), app.db.url(), &["audit", "verify"]);
+    let output = verify().await;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    // agent.create, key.create, resource.put and three MCP requests.
+    assert!(stdout.contains("ok      bot: 6 records"), "{stdout}");
+
+    // Deleting the newest record is caught by the chain's head.
+    app.db.execute("delete from audit where chain_seq = 6 and agent_id = 'bot'").await;
+    let output = verify().await;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(!output.status.success(), "{stdout}");
+    assert!(stdout.contains("BROKEN  bot:") && stdout.contains("newer records were deleted"), "{stdout}");
+
+    // An edited record breaks the chain where it is.
+    app.db.execute("update audit set target = 'test://forged' where chain_seq = 2 and agent_id = 'bot'").await;
+    let stdout = String::from_utf8_lossy(&verify().await.stdout).into_owned();
+    assert!(stdout.contains("(position 2)") && stdout.contains("altered"), "{stdout}");
+
+    // So does a deleted one.
+    app.db.execute("delete from audit where chain_seq = 2 and agent_id = 'bot'").await;
+    let stdout = String::from_utf8_lossy(&verify().await.stdout).into_owned();
+    assert!(stdout.contains("expected 2") && stdout.contains("missing"), "{stdout}");
+}
