@@ -70,7 +70,8 @@ impl Application {
         let hub = Arc::new(Hub::new(store.clone(), &config.streams));
         bus.add_hook(hub.clone());
         let (audit, audit_task) = AuditWriter::start(store.clone(), &config.audit);
-        let pruner = Pruner::start(store.clone(), Retention::from_config(&config.events, &config.sessions));
+        let pruner =
+            Pruner::start(store.clone(), Retention::from_config(&config.events, &config.sessions, &config.audit));
 
         let listener = TcpListener::bind(config.listen)
             .await

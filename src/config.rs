@@ -125,7 +125,7 @@ pub struct McpConfig {
 }
 
 /// The audit log of MCP requests (admin changes are always audited, in their own transaction).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuditConfig {
     /// Record every MCP request.
@@ -136,11 +136,30 @@ pub struct AuditConfig {
     pub batch_size: usize,
     /// How long a record may wait before its batch is written.
     pub flush_interval_ms: u64,
+    /// Records (admin and MCP) older than this many days are pruned; 0 keeps them forever.
+    pub retention_days: u64,
+    /// Per-agent exceptions to `retention_days` (agent id → days; 0 keeps that agent's records forever).
+    pub agent_retention_days: std::collections::BTreeMap<String, u64>,
 }
 
 impl Default for AuditConfig {
     fn default() -> Self {
-        Self { mcp_requests: true, queue_capacity: 65_536, batch_size: 500, flush_interval_ms: 200 }
+        Self {
+            mcp_requests: true,
+            queue_capacity: 65_536,
+            batch_size: 500,
+            flush_interval_ms: 200,
+            retention_days: 90,
+            agent_retention_days: std::collections::BTreeMap::new(),
+        }
+    }
+}
+
+impl AuditConfig {
+    /// How long `agent`'s records are kept; `None` is forever.
+    pub fn retention_of(&self, agent: &str) -> Option<std::time::Duration> {
+        let days = self.agent_retention_days.get(agent).copied().unwrap_or(self.retention_days);
+        (days > 0).then(|| std::time::Duration::from_secs(days.saturating_mul(24 * 60 * 60)))
     }
 }
 

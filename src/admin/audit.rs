@@ -1,7 +1,12 @@
-//! `GET /audit`: the audit log, newest first, filtered and paginated (operator only).
+//! `GET /audit`: the audit log, newest first, filtered and paginated; `GET /audit/export`: the same as NDJSON,
+//! streamed (operator only).
 
 use axum::Json;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use futures::TryStreamExt;
 
 use super::access::OperatorAccess;
 use super::extract::QueryParams;
@@ -12,6 +17,7 @@ use crate::domain::time::Timestamp;
 use crate::error::{ApiError, Problem};
 use crate::registry::cursor::ListKind;
 use crate::state::AppState;
+use crate::store::StoreError;
 
 /// The filters of `GET /audit`, parsed from the query string; an empty parameter (`?agent=&since=`) is absent.
 fn filter(params: &QueryParams) -> Result<AuditFilter, ApiError> {
@@ -60,4 +66,51 @@ pub async fn list(
     let after = page.after(&state.cursors, ListKind::Audit, scope)?;
     let rows = state.store.list_audit(&filter, after.as_deref(), page.fetch_limit()).await?;
     Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Audit, scope, |record| record.id.as_str())))
+}
+
+/// Records per database query while exporting.
+const EXPORT_PAGE: u32 = 1000;
+
+/// Export audit records as NDJSON.
+#[utoipa::path(get, path = "/admin/v1/audit/export", tag = "audit",
+    security(("operator" = [])),
+    params(
+        ("agent" = Option<String>, Query, description = "Only this agent's records"),
+        ("since" = Option<String>, Query, description = "Records at or after this RFC 3339 time"),
+        ("until" = Option<String>, Query, description = "Records before this RFC 3339 time"),
+        ("method" = Option<String>, Query, description = "The MCP method, or the admin action (e.g. `resource.put`)"),
+    ),
+    responses(
+        (status = 200, description = "Every matching record, newest first, one JSON object per line", body = AuditRecord, content_type = "application/x-ndjson"),
+        (status = 400, description = "Malformed query", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid filter value", body = Problem, content_type = "application/problem+json"),
+    ))]
+#[tracing::instrument(name = "admin.export_audit", skip_all)]
+pub async fn export(
+    State(state): State<AppState>,
+    _access: OperatorAccess,
+    params: QueryParams,
+) -> Result<Response, ApiError> {
+    let filter = filter(&params)?;
+    // Streamed page by page (keyset on the last record sent), so an export of any size holds one page.
+    let pages = futures::stream::try_unfold(Some(None::<String>), move |after| {
+        let (state, filter) = (state.clone(), filter.clone());
+        async move {
+            let Some(after) = after else { return Ok(None) };
+            let rows = state.store.list_audit(&filter, after.as_deref(), EXPORT_PAGE).await?;
+            // The next state: after the last record of a full page; done after a short one.
+            let next = match rows.last() {
+                Some(last) if rows.len() == EXPORT_PAGE as usize => Some(Some(last.id.clone())),
+                _ => None,
+            };
+            let mut lines = Vec::new();
+            for record in &rows {
+                serde_json::to_writer(&mut lines, record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                lines.push(b'\n');
+            }
+            Ok::<_, StoreError>(Some((Bytes::from(lines), next)))
+        }
+    });
+    let body = Body::from_stream(pages.inspect_err(|error| tracing::error!(%error, "audit export cut short")));
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
 }

@@ -45,6 +45,7 @@ pub fn router() -> Router<AppState> {
         .route("/openapi.json", get(openapi::document))
         .route("/agents", post(agents::create).get(agents::list))
         .route("/audit", get(audit::list))
+        .route("/audit/export", get(audit::export))
         .route("/agents/{agent_id}", get(agents::get).patch(agents::patch).delete(agents::delete))
         .route("/agents/{agent_id}/keys", post(keys::create).get(keys::list))
         .route("/agents/{agent_id}/keys/{key_id}", delete(keys::revoke))

@@ -28,6 +28,7 @@ use crate::error::Problem;
         templates::put, templates::list, templates::delete,
         prompts::put, prompts::list, prompts::get, prompts::delete,
         audit::list,
+        audit::export,
     ),
     components(schemas(Problem)),
     modifiers(&SecuritySchemes),

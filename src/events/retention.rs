@@ -11,27 +11,32 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
-use crate::config::{EventsConfig, SessionsConfig};
+use crate::config::{AuditConfig, EventsConfig, SessionsConfig};
 use crate::domain::time::Timestamp;
 use crate::store::Store;
 
+/// Audit records deleted per agent and transaction at most.
+const AUDIT_PRUNE_BATCH: u32 = 10_000;
+
 /// What is kept: events younger than `max_age` and among the agent's latest `max_count`, sessions seen
-/// within `session_idle`.
-#[derive(Debug, Clone, Copy)]
+/// within `session_idle`, audit records as `audit` says.
+#[derive(Debug, Clone)]
 pub struct Retention {
     pub max_age: Duration,
     pub max_count: u64,
     pub session_idle: Duration,
     pub every: Duration,
+    pub audit: Arc<AuditConfig>,
 }
 
 impl Retention {
-    pub fn from_config(events: &EventsConfig, sessions: &SessionsConfig) -> Self {
+    pub fn from_config(events: &EventsConfig, sessions: &SessionsConfig, audit: &AuditConfig) -> Self {
         Self {
             max_age: Duration::from_secs(events.retention_secs),
             max_count: events.retention_count,
             session_idle: Duration::from_secs(sessions.idle_timeout_secs),
             every: Duration::from_millis(events.prune_interval_ms),
+            audit: Arc::new(audit.clone()),
         }
     }
 }
@@ -69,7 +74,28 @@ async fn run(store: Arc<dyn Store>, retention: Retention) {
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "pruning events and sessions failed; retrying at the next tick"),
         }
+        if let Err(error) = prune_audit(store.as_ref(), &retention.audit, now).await {
+            tracing::warn!(%error, "pruning the audit log failed; retrying at the next tick");
+        }
     }
+}
+
+/// Prunes each agent's audit chain to its retention, oldest records first, keeping the chain verifiable.
+async fn prune_audit(store: &dyn Store, audit: &AuditConfig, now: i64) -> Result<(), crate::store::StoreError> {
+    for head in store.audit_heads(None).await? {
+        let Some(keep) = audit.retention_of(&head.agent_id) else { continue };
+        let before = Timestamp::from_micros(now.saturating_sub(micros(keep)));
+        loop {
+            let deleted = store.prune_audit(&head.agent_id, before, AUDIT_PRUNE_BATCH).await?;
+            if deleted > 0 {
+                tracing::debug!(agent = %head.agent_id, deleted, "pruned audit records");
+            }
+            if deleted < u64::from(AUDIT_PRUNE_BATCH) {
+                break;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn micros(duration: Duration) -> i64 {

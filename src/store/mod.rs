@@ -149,6 +149,10 @@ pub trait Store: Send + Sync + 'static {
     async fn append_audit(&self, records: Vec<AuditRecord>) -> StoreResult<()>;
     /// The heads of every agent's audit chain, or of `agent`'s, by agent id.
     async fn audit_heads(&self, agent: Option<&str>) -> StoreResult<Vec<crate::domain::audit::ChainHead>>;
+    /// Deletes the oldest of `agent`'s audit records written before `before`, at most `max`, always a prefix
+    /// of the chain, and moves the chain's pruned anchor to the last one deleted (so the rest still
+    /// verifies). Returns how many were deleted.
+    async fn prune_audit(&self, agent: &str, before: Timestamp, max: u32) -> StoreResult<u64>;
     /// Records of `agent`'s chain after position `after_seq`, in chain order, at most `limit`.
     async fn audit_chain_page(&self, agent: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<AuditRecord>>;
 

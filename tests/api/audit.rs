@@ -3,10 +3,12 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{Api, Backend, TempDir, TestApp, eventually, expect_json, run_hivegate, spawn_app};
+use crate::helpers::{
+    Api, Backend, TempDir, TestApp, eventually, expect_json, run_hivegate, spawn_app, spawn_app_with,
+};
 use crate::mcp_client::{Mcp, agent_with_key};
 
-both!(mcp_requests_are_audited, the_chain_verifies_and_tampering_is_detected);
+both!(mcp_requests_are_audited, the_chain_verifies_and_tampering_is_detected, export_and_retention);
 
 /// The audit records of `agent` for `method` (an MCP method or an admin action), newest first.
 async fn records(app: &TestApp, agent: &str, method: &str) -> Vec<Value> {
@@ -117,4 +119,53 @@ async fn the_chain_verifies_and_tampering_is_detected(backend: Backend) {
     app.db.execute("delete from audit where chain_seq = 2 and agent_id = 'bot'").await;
     let stdout = String::from_utf8_lossy(&verify().await.stdout).into_owned();
     assert!(stdout.contains("expected 2") && stdout.contains("missing"), "{stdout}");
+}
+
+async fn export_and_retention(backend: Backend) {
+    let app = spawn_app_with(backend, |config| {
+        config.audit.retention_days = 1;
+        config.events.prune_interval_ms = 100;
+    })
+    .await;
+    let dir = TempDir::new();
+    let key = agent_with_key(&app, "bot").await;
+    let mcp = Mcp::new(&app, "bot", &key);
+    for _ in 0..4 {
+        mcp.legacy("resources/list", json!({})).await;
+    }
+    written(&app, "bot", "resources/list", 4).await;
+
+    // The export streams every record as one JSON object per line, newest first, with the filters.
+    let response = app.op(Method::GET, "/admin/v1/audit/export").query(&[("agent", "bot")]).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["content-type"], "application/x-ndjson");
+    let text = response.text().await.unwrap();
+    let lines: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).expect("a JSON line")).collect();
+    // agent.create, key.create and the four requests.
+    assert_eq!(lines.len(), 6, "{text}");
+    let seqs: Vec<i64> = lines.iter().filter_map(|record| record["chainSeq"].as_i64()).collect();
+    assert_eq!(seqs, [6, 5, 4, 3, 2, 1]);
+    let response = app
+        .op(Method::GET, "/admin/v1/audit/export")
+        .query(&[("agent", "bot"), ("method", "resources/list")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.text().await.unwrap().lines().count(), 4);
+    let response = app.op(Method::GET, "/admin/v1/audit/export").query(&[("since", "soon")]).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let response = app.with_key(Method::GET, "/admin/v1/audit/export", &key).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+
+    // Records older than the retention are pruned from the start of the chain; the rest still verifies.
+    app.db.execute("update audit set occurred_at = occurred_at - 172800000000 where chain_seq <= 3").await;
+    eventually("the three old records to be pruned", || async {
+        let response = app.op(Method::GET, "/admin/v1/audit/export").query(&[("agent", "bot")]).send().await.unwrap();
+        (response.text().await.unwrap().lines().count() == 3).then_some(())
+    })
+    .await;
+    let output = run_hivegate(dir.path(), app.db.url(), &["audit", "verify", "--agent", "bot"]).await;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{stdout}");
+    assert!(stdout.contains("ok      bot: 3 records"), "{stdout}");
 }

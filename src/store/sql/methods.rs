@@ -86,6 +86,51 @@ macro_rules! impl_store_methods {
                 })
             }
 
+            async fn prune_audit(&self, agent: &str, before: Timestamp, max: u32) -> StoreResult<u64> {
+                let mut tx = self.begin_write().await?;
+                // Locks the chain's head: appends to this chain wait until the prune commits.
+                let Some(pruned) = sqlx::query_scalar::<$db, i64>(
+                    "update audit_chain set pruned_seq = pruned_seq where agent_id = $1 returning pruned_seq",
+                )
+                .bind(agent)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(Self::error)?
+                else {
+                    return Ok(0);
+                };
+                // The last record of the prefix to delete: the newest old record within the batch.
+                let last = sqlx::query_as::<$db, (i64, String)>(
+                    "select chain_seq, hash from audit where agent_id = $1 and chain_seq = \
+                     (select max(chain_seq) from audit where agent_id = $1 and chain_seq > $2 \
+                      and chain_seq <= $3 and occurred_at < $4)",
+                )
+                .bind(agent)
+                .bind(pruned)
+                .bind(pruned.saturating_add(i64::from(max)))
+                .bind(before.as_micros())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(Self::error)?;
+                let Some((seq, hash)) = last else { return Ok(0) };
+                sqlx::query::<$db>("update audit_chain set pruned_seq = $2, pruned_hash = $3 where agent_id = $1")
+                    .bind(agent)
+                    .bind(seq)
+                    .bind(&hash)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(Self::error)?;
+                let deleted = sqlx::query::<$db>("delete from audit where agent_id = $1 and chain_seq <= $2")
+                    .bind(agent)
+                    .bind(seq)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(Self::error)?
+                    .rows_affected();
+                self.commit(tx, Vec::new()).await?;
+                Ok(deleted)
+            }
+
             async fn audit_chain_page(&self, agent: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<AuditRecord>> {
                 sqlx::query_as::<$db, AuditRow>(concat!(
                     "select ",
