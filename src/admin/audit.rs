@@ -38,14 +38,26 @@ fn filter(params: &QueryParams) -> Result<AuditFilter, ApiError> {
     })
 }
 
+/// The filters both audit endpoints take (documentation only: [`filter`] parses them).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+struct AuditQuery {
+    /// Only this agent's records.
+    agent: Option<String>,
+    /// Records at or after this RFC 3339 time.
+    since: Option<String>,
+    /// Records before this RFC 3339 time.
+    until: Option<String>,
+    /// The MCP method, or the admin action (e.g. `resource.put`).
+    method: Option<String>,
+}
+
 /// List audit records.
 #[utoipa::path(get, path = "/admin/v1/audit", tag = "audit",
     security(("operator" = [])),
     params(
-        ("agent" = Option<String>, Query, description = "Only this agent's records"),
-        ("since" = Option<String>, Query, description = "Records at or after this RFC 3339 time"),
-        ("until" = Option<String>, Query, description = "Records before this RFC 3339 time"),
-        ("method" = Option<String>, Query, description = "The MCP method, or the admin action (e.g. `resource.put`)"),
+        AuditQuery,
         ("limit" = Option<u32>, Query, description = "Page size, 1 to 1000 (default 100)"),
         ("cursor" = Option<String>, Query, description = "The `nextCursor` of the page before"),
     ),
@@ -74,12 +86,7 @@ const EXPORT_PAGE: u32 = 1000;
 /// Export audit records as NDJSON.
 #[utoipa::path(get, path = "/admin/v1/audit/export", tag = "audit",
     security(("operator" = [])),
-    params(
-        ("agent" = Option<String>, Query, description = "Only this agent's records"),
-        ("since" = Option<String>, Query, description = "Records at or after this RFC 3339 time"),
-        ("until" = Option<String>, Query, description = "Records before this RFC 3339 time"),
-        ("method" = Option<String>, Query, description = "The MCP method, or the admin action (e.g. `resource.put`)"),
-    ),
+    params(AuditQuery),
     responses(
         (status = 200, description = "Every matching record, newest first, one JSON object per line", body = AuditRecord, content_type = "application/x-ndjson"),
         (status = 400, description = "Malformed query", body = Problem, content_type = "application/problem+json"),
