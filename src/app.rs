@@ -20,6 +20,7 @@ use crate::events::retention::{Pruner, Retention};
 use crate::http::auth::{KeyCache, OperatorToken};
 use crate::mcp::hub::Hub;
 use crate::mcp::session::Sessions;
+use crate::metrics::{Levels, Metrics};
 use crate::registry::cache::RegistryCache;
 use crate::registry::cursor::CursorCodec;
 use crate::state::AppState;
@@ -47,6 +48,7 @@ impl Application {
     /// shared secrets, starts the bus and binds the listen address.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         let bus = LocalBus::new();
+        let metrics = Arc::new(Metrics::new());
         let store = connect_with_retry(&config, bus.clone()).await?;
         store.migrate().await.context("applying database migrations")?;
         let pg_bus = if config.database_url.is_postgres() {
@@ -62,14 +64,20 @@ impl Application {
 
         let keys = Arc::new(KeyCache::new(store.clone(), hasher.clone()));
         bus.add_hook(keys.clone());
-        let registry = Arc::new(RegistryCache::new(store.clone()));
+        let registry = Arc::new(RegistryCache::new(store.clone()).counting_lookups_in(metrics.cache_lookups.clone()));
         bus.add_hook(registry.clone());
         let sessions = Arc::new(Sessions::new(store.clone(), Duration::from_secs(config.sessions.idle_timeout_secs)));
         bus.add_hook(sessions.clone());
         // Last: the hub wakes streams, which then read caches the hooks before it have already updated.
-        let hub = Arc::new(Hub::new(store.clone(), &config.streams));
+        let hub = Arc::new(Hub::new(store.clone(), &config.streams, metrics.clone()));
         bus.add_hook(hub.clone());
         let (audit, audit_task) = AuditWriter::start(store.clone(), &config.audit);
+        metrics.register_levels(Levels {
+            hub: hub.clone(),
+            registry: registry.clone(),
+            audit: audit.stats().clone(),
+            store: store.clone(),
+        });
         let pruner =
             Pruner::start(store.clone(), Retention::from_config(&config.events, &config.sessions, &config.audit));
 
@@ -89,6 +97,7 @@ impl Application {
             sessions,
             hub,
             audit,
+            metrics,
         };
         Ok(Self { listener, address, state, pg_bus, _pruner: pruner, audit_task })
     }

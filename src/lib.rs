@@ -17,6 +17,7 @@
 //! - [`store`]: the [`store::Store`] trait and its SQLite and PostgreSQL implementations.
 //! - [`events`]: the event bus that carries committed changes to every replica; event retention.
 //! - [`audit`]: the batching writer of MCP request audit records (the hash chain is [`domain::audit`]).
+//! - [`metrics`]: every exported metric, and `GET /metrics`.
 //! - [`error`]: the admin API's error type and its one mapping to `application/problem+json`.
 //!
 //! # The life of an admin change
@@ -49,6 +50,8 @@ pub mod events;
 pub mod http;
 /// The MCP endpoint: both protocol eras on `/{agent_id}/mcp`.
 pub mod mcp;
+/// Metric names in one place, and `GET /metrics`.
+pub mod metrics;
 /// Registry views shared by the admin API and the MCP endpoint.
 pub mod registry;
 /// Shared handler state.

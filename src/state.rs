@@ -9,6 +9,7 @@ use crate::events::LocalBus;
 use crate::http::auth::{KeyCache, OperatorToken};
 use crate::mcp::hub::Hub;
 use crate::mcp::session::Sessions;
+use crate::metrics::Metrics;
 use crate::registry::cache::RegistryCache;
 use crate::registry::cursor::CursorCodec;
 use crate::store::Store;
@@ -35,4 +36,6 @@ pub struct AppState {
     pub hub: Arc<Hub>,
     /// Queues MCP request audit records for the batching writer.
     pub audit: AuditWriter,
+    /// What `GET /metrics` exports.
+    pub metrics: Arc<Metrics>,
 }

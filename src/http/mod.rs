@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, MatchedPath, State};
 use axum::http::{HeaderName, Request, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower::ServiceBuilder;
@@ -13,6 +14,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::metrics::{HttpLabels, HttpRouteLabels};
 use crate::state::AppState;
 
 /// Authentication of agent keys and the operator token.
@@ -39,7 +41,9 @@ pub fn router(state: AppState) -> Router {
                 .delete(crate::mcp::standalone::delete)
                 .layer(axum::middleware::from_fn_with_state(state.clone(), crate::mcp::audit::record)),
         )
+        .route("/metrics", get(crate::metrics::handler))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), count_requests))
         .layer(
             ServiceBuilder::new()
                 // Secrets are marked sensitive first, so no later layer can log them.
@@ -66,6 +70,25 @@ pub fn router(state: AppState) -> Router {
                 .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout)),
         )
         .with_state(state)
+}
+
+/// Counts every answer by route template, method and status, and times it.
+async fn count_requests(
+    State(state): State<AppState>,
+    route: Option<MatchedPath>,
+    request: Request<axum::body::Body>,
+    next: Next,
+) -> Response {
+    let started = std::time::Instant::now();
+    let route = route.map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
+    let method = request.method().as_str().to_owned();
+    let response = next.run(request).await;
+    let metrics = &state.metrics;
+    let labels = HttpRouteLabels { route, method };
+    metrics.http_duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
+    let labels = HttpLabels { route: labels.route, method: labels.method, status: response.status().as_u16() };
+    metrics.http_requests.get_or_create(&labels).inc();
+    response
 }
 
 /// After a successful admin write, waits until the change has come back through the bus (see

@@ -16,6 +16,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use serde_json::Value;
 
+use super::dispatch::Method;
 use super::jsonrpc::Call;
 use super::transport::Admitted;
 use super::types::header as mcp_header;
@@ -23,6 +24,7 @@ use crate::domain::model::AuditRecord;
 use crate::domain::session::SessionToken;
 use crate::domain::time::Timestamp;
 use crate::http::REQUEST_ID;
+use crate::metrics::{McpLabels, McpMethodLabels};
 use crate::state::AppState;
 
 /// The longest target, user agent or method kept in a record; longer values are cut (on a char boundary).
@@ -38,6 +40,10 @@ pub struct Trail {
     session: Option<String>,
     method: String,
     target: String,
+    /// `legacy` or `modern`, for metrics.
+    era: &'static str,
+    /// The method as a bounded metric label.
+    metric_method: &'static str,
 }
 
 impl Trail {
@@ -55,7 +61,22 @@ impl Trail {
             session,
             method: cut(method),
             target: cut(&target),
+            era: "legacy",
+            metric_method: match method {
+                "GET" => "GET",
+                "DELETE" => "DELETE",
+                "batch" => "batch",
+                name => Method::label(name),
+            },
         }
+    }
+
+    /// Marks the request as one of the modern era (for metrics).
+    pub fn modern(mut self, is_modern: bool) -> Self {
+        if is_modern {
+            self.era = "modern";
+        }
+        self
     }
 
     /// The trail of a JSON-RPC call: its method and what it names (URI, prompt name, reference).
@@ -121,6 +142,16 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
     let response = next.run(request).await;
     let Some(trail) = response.extensions().get::<Trail>().cloned() else { return response };
     let error_code = response.extensions().get::<ErrorCode>().map(|code| code.0);
+    let is_ok = error_code.is_none() && response.status().is_success();
+    let elapsed = started.elapsed();
+    let labels = McpMethodLabels { method: trail.metric_method.to_owned(), era: trail.era };
+    state.metrics.mcp_duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
+    let outcome = if is_ok { "ok" } else { "error" };
+    let labels = McpLabels { method: labels.method, era: labels.era, outcome };
+    state.metrics.mcp_requests.get_or_create(&labels).inc();
+    if !state.config.audit.mcp_requests {
+        return response;
+    }
     // Streams (SSE) have no size yet when answered.
     let bytes_out = response.body().size_hint().exact().and_then(|bytes| i64::try_from(bytes).ok());
     state.audit.record(AuditRecord {
@@ -136,10 +167,10 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
         key_prefix: Some(trail.key_prefix),
         session_id: trail.session,
         method: Some(trail.method),
-        outcome: Some(if error_code.is_some() || !response.status().is_success() { "error" } else { "ok" }.to_owned()),
+        outcome: Some(outcome.to_owned()),
         error_code,
         bytes_out,
-        latency_us: Some(i64::try_from(started.elapsed().as_micros()).unwrap_or(i64::MAX)),
+        latency_us: Some(i64::try_from(elapsed.as_micros()).unwrap_or(i64::MAX)),
         client_ip,
         user_agent,
         trace_id,

@@ -76,6 +76,11 @@ impl Method {
         (is_served && *notification == is_notification).then_some(*method)
     }
 
+    /// `name` if it is in the method table (of any era), else `other`: a bounded metric label.
+    pub fn label(name: &str) -> &'static str {
+        METHODS.iter().find(|(wire, ..)| *wire == name).map_or("other", |(wire, ..)| wire)
+    }
+
     pub fn name(self) -> &'static str {
         METHODS.iter().find(|(_, method, ..)| *method == self).map_or("", |(name, ..)| name)
     }

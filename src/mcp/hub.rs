@@ -33,6 +33,7 @@ use crate::domain::AgentId;
 use crate::domain::model::Agent;
 use crate::domain::session::SessionDigest;
 use crate::events::{BusHook, BusMessage};
+use crate::metrics::Metrics;
 use crate::store::Store;
 
 /// Events read from the table per query, by pumps and by streams catching up.
@@ -81,6 +82,8 @@ pub enum Kind {
 /// Every stream of this replica.
 pub struct Hub {
     store: Arc<dyn Store>,
+    /// Streams count what they send and how late it is.
+    pub metrics: Arc<Metrics>,
     max_per_key: u32,
     max_per_agent: u32,
     /// Changes one stream's queue holds (shared frames, a pointer each): how far a reader may fall behind
@@ -112,6 +115,10 @@ impl Registration {
     pub fn epoch(&self) -> i64 {
         self.entry.epoch
     }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.hub.metrics
+    }
 }
 
 impl Drop for Registration {
@@ -134,9 +141,10 @@ impl Drop for Registration {
 }
 
 impl Hub {
-    pub fn new(store: Arc<dyn Store>, config: &StreamsConfig) -> Self {
+    pub fn new(store: Arc<dyn Store>, config: &StreamsConfig, metrics: Arc<Metrics>) -> Self {
         Self {
             store,
+            metrics,
             max_per_key: config.max_per_key,
             max_per_agent: config.max_per_agent,
             queue_capacity: config.queue_capacity as usize,

@@ -111,6 +111,8 @@ pub struct EventFrames {
     pub seq: i64,
     pub epoch: i64,
     notes: Vec<Note>,
+    /// When the change committed (none for a resync set), for the fan-out lag metric.
+    pub committed_at: Option<crate::domain::time::Timestamp>,
     /// A resync set ends with an empty event carrying the id `{epoch}.{seq}`, so a client resumes after it.
     trailer: Option<Bytes>,
 }
@@ -129,7 +131,7 @@ impl EventFrames {
             let index = u32::try_from(i).unwrap_or(u32::MAX - 2) + 2;
             notes.push(note(index, Kind::Updated(uri.clone()), Some((epoch, event.seq))));
         }
-        Self { seq: event.seq, epoch, notes, trailer: None }
+        Self { seq: event.seq, epoch, notes, committed_at: Some(event.created_at), trailer: None }
     }
 
     /// What a stream gets when it cannot be told exactly what it missed (its position is older than the
@@ -141,7 +143,7 @@ impl EventFrames {
         let mut notes = vec![note(0, Kind::ResourcesList, None), note(1, Kind::PromptsList, None)];
         notes.extend(uris.into_iter().map(|uri| note(2, Kind::Updated(uri.clone()), None)));
         let trailer = priming(&EventId { epoch, seq, index: None });
-        Self { seq, epoch, notes, trailer: Some(trailer) }
+        Self { seq, epoch, notes, committed_at: None, trailer: Some(trailer) }
     }
 
     /// The legacy frames `interest` wants of the notifications after `after` (an index of this event;

@@ -28,6 +28,7 @@ use super::session::Sessions;
 use super::sse::{self, EventFrames};
 use crate::domain::AgentId;
 use crate::domain::session::SessionDigest;
+use crate::domain::time::Timestamp;
 use crate::store::Store;
 
 /// The era-specific part of a stream.
@@ -207,7 +208,10 @@ impl Stream {
                 }
             }
             for event in &events {
-                self.deliver(&EventFrames::build(event, self.registration.epoch()));
+                let mut frames = EventFrames::build(event, self.registration.epoch());
+                // Read back from the event table: how old it is says nothing about the fan-out.
+                frames.committed_at = None;
+                self.deliver(&frames);
             }
             if events.len() < EVENT_PAGE as usize {
                 return;
@@ -218,11 +222,22 @@ impl Stream {
     fn deliver(&mut self, frames: &EventFrames) {
         let partial = self.partial.take_if(|(seq, _)| *seq == frames.seq).map(|(_, index)| index);
         let interest = self.registration.shared.interest();
+        let before = self.pending.len();
         match &self.flavor {
             Flavor::Legacy { .. } => self.pending.extend(frames.legacy(&interest, partial)),
             Flavor::Modern { listen_id } => self.pending.extend(frames.modern(&interest, listen_id)),
         }
         drop(interest);
+        let sent = (self.pending.len() - before) as u64;
+        if sent > 0 {
+            let metrics = self.registration.metrics();
+            metrics.notifications_sent.inc_by(sent);
+            // Deliveries from the hub only: a replay's age is the client's, not the fan-out's.
+            if let Some(committed) = frames.committed_at {
+                let lag = Timestamp::now().as_micros().saturating_sub(committed.as_micros()).max(0);
+                metrics.notification_lag.observe(lag as f64 / 1_000_000.0);
+            }
+        }
         self.set_cursor(frames.seq);
     }
 

@@ -69,6 +69,8 @@ pub async fn post(
                 Ok(Message::Request(call) | Message::Notification(call)) => Trail::of_call(&admitted, headers, call),
                 Ok(Message::Response) | Err(_) => unparsed(&admitted),
             };
+            let is_modern = message.as_ref().is_ok_and(|m| era::detect(headers, m).is_ok_and(|era| era.is_modern()));
+            let trail = trail.modern(is_modern);
             trail.attach(single(&state, admitted, headers, message).await)
         }
         Ok(Body::Batch(messages)) => {

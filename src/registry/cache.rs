@@ -21,7 +21,11 @@ use dashmap::DashMap;
 
 use crate::domain::AgentId;
 use crate::domain::model::Agent;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
 use crate::events::{BusHook, BusMessage, CacheGate};
+use crate::metrics::ResultLabels;
 use crate::store::{Store, StoreResult};
 
 /// Memory the cache may hold, in bytes (estimated), across all agents.
@@ -81,6 +85,8 @@ pub struct RegistryCache {
     bytes: AtomicUsize,
     max_bytes: usize,
     max_content_bytes: usize,
+    /// Hits and misses of [`RegistryCache::get_or_load`].
+    lookups: Family<ResultLabels, Counter>,
 }
 
 impl RegistryCache {
@@ -98,7 +104,14 @@ impl RegistryCache {
             bytes: AtomicUsize::new(0),
             max_bytes,
             max_content_bytes,
+            lookups: Family::default(),
         }
+    }
+
+    /// Counts hits and misses in `lookups` (a family the application exports).
+    pub fn counting_lookups_in(mut self, lookups: Family<ResultLabels, Counter>) -> Self {
+        self.lookups = lookups;
+        self
     }
 
     /// The largest content worth keeping.
@@ -143,8 +156,10 @@ impl RegistryCache {
     {
         let registry = self.registries.entry(agent.clone()).or_default().clone();
         if let Some(hit) = lookup::<T>(&registry, &key) {
+            self.lookups.get_or_create(&ResultLabels { result: "hit" }).inc();
             return Ok(hit);
         }
+        self.lookups.get_or_create(&ResultLabels { result: "miss" }).inc();
         let loaded = load().await?;
         let value = Arc::new(loaded.value);
         if let Some(bytes) = loaded.bytes {

@@ -69,6 +69,14 @@ pub mod setting {
     pub const CURSOR_KEY: &str = "cursor_key";
 }
 
+/// Connection pool levels, for metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PoolUsage {
+    pub size: u32,
+    pub idle: usize,
+    pub max: u32,
+}
+
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Apply pending migrations. Safe when several replicas start at once.
@@ -155,6 +163,9 @@ pub trait Store: Send + Sync + 'static {
     async fn prune_audit(&self, agent: &str, before: Timestamp, max: u32) -> StoreResult<u64>;
     /// Records of `agent`'s chain after position `after_seq`, in chain order, at most `limit`.
     async fn audit_chain_page(&self, agent: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<AuditRecord>>;
+
+    /// How many database connections are open, idle and allowed.
+    fn pool_usage(&self) -> PoolUsage;
 
     /// Sends `message` on the bus as its own (empty) commit, in commit order with every change.
     async fn announce(&self, message: crate::events::BusMessage) -> StoreResult<()>;

@@ -52,6 +52,10 @@ impl PgStore {
         &self.pool
     }
 
+    fn pools(&self) -> [&PgPool; 1] {
+        [&self.pool]
+    }
+
     async fn begin_write(&self) -> StoreResult<Transaction<'static, Postgres>> {
         self.pool.begin().await.map_err(Self::error)
     }

@@ -180,7 +180,8 @@ pub(super) use {
 /// Expands the [`Store`](super::Store) implementation for a backend: `impl_store!(Type, Database, "name")`.
 ///
 /// The backend's type provides, as inherent items:
-/// - `fn reader(&self) -> &sqlx::Pool<Db>` and `fn writer(&self) -> &sqlx::Pool<Db>`;
+/// - `fn reader(&self) -> &sqlx::Pool<Db>` and `fn writer(&self) -> &sqlx::Pool<Db>`, and `fn pools(&self)`
+///   listing each distinct pool once (for metrics);
 /// - `async fn begin_write(&self) -> StoreResult<sqlx::Transaction<'static, Db>>`;
 /// - `async fn replicas(&self) -> StoreResult<Vec<String>>`: the live replicas a change must reach;
 /// - `async fn commit(&self, tx, messages: Vec<BusMessage>) -> StoreResult<()>`: commits and makes sure the

@@ -95,6 +95,10 @@ impl SqliteStore {
         &self.writer
     }
 
+    fn pools(&self) -> [&SqlitePool; 2] {
+        [&self.writer, &self.reader]
+    }
+
     /// `begin immediate` takes the write lock at once: a transaction never has to upgrade a read lock
     /// (which another process could make fail without waiting).
     async fn begin_write(&self) -> StoreResult<Transaction<'static, Sqlite>> {

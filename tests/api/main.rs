@@ -54,6 +54,8 @@ mod mcp_client;
 mod mcp_eras;
 /// The registry over MCP: lists, pagination, reads, templates, directories, prompts, completion.
 mod mcp_methods;
+/// `GET /metrics` after known traffic.
+mod metrics;
 /// Lists: page sizes, cursors, bytewise order.
 mod pagination;
 /// The binary: the generated operator token, concurrent migrations, graceful shutdown.

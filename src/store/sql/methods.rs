@@ -151,6 +151,14 @@ macro_rules! impl_store_methods {
                 self.commit(tx, vec![message]).await
             }
 
+            fn pool_usage(&self) -> $crate::store::PoolUsage {
+                self.pools().iter().fold($crate::store::PoolUsage::default(), |usage, pool| $crate::store::PoolUsage {
+                    size: usage.size + pool.size(),
+                    idle: usage.idle + pool.num_idle(),
+                    max: usage.max + pool.options().get_max_connections(),
+                })
+            }
+
             async fn live_replicas(&self) -> StoreResult<Vec<String>> {
                 self.replicas().await
             }

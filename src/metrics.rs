@@ -1,0 +1,241 @@
+//! Metric names in one place, and `GET /metrics` (Prometheus text format).
+//!
+//! Counters and histograms are updated where things happen (HTTP middleware, the MCP endpoint, caches,
+//! streams); what is a level rather than an event (open streams, cache size, audit backlog, pool usage) is
+//! read at scrape time by a collector. Labels are bounded: route templates, never raw paths; MCP method
+//! names from the method table (anything else is `other`), never URIs, agents or keys.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::audit::AuditStats;
+use crate::mcp::hub::Hub;
+use crate::registry::cache::RegistryCache;
+use crate::state::AppState;
+use crate::store::Store;
+
+/// The content type of the text exposition format.
+const TEXT_FORMAT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    /// The matched route template, e.g. `/{agent_id}/mcp`; `unmatched` for 404s of unknown paths.
+    pub route: String,
+    pub method: String,
+    pub status: u16,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpRouteLabels {
+    pub route: String,
+    pub method: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct McpLabels {
+    /// A method of the MCP method table, `GET`/`DELETE` for the stream and session end, `batch`, or `other`.
+    pub method: String,
+    /// `legacy` or `modern`.
+    pub era: &'static str,
+    /// `ok` or `error`.
+    pub outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct McpMethodLabels {
+    pub method: String,
+    pub era: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `hit` or `miss`.
+    pub result: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScopeLabels {
+    /// What the refused limit applies to, e.g. `key`, `agent`, `admin`, `auth_failures`.
+    pub scope: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 100 µs to ~13 s.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 18))
+}
+
+/// Every metric hivegate exports, per application.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    pub http_requests: Family<HttpLabels, Counter>,
+    pub http_duration: HistogramFamily<HttpRouteLabels>,
+    pub mcp_requests: Family<McpLabels, Counter>,
+    pub mcp_duration: HistogramFamily<McpMethodLabels>,
+    pub cache_lookups: Family<ResultLabels, Counter>,
+    pub rate_limited: Family<ScopeLabels, Counter>,
+    pub notifications_sent: Counter,
+    /// Seconds from a change's commit to its notification being written to a stream.
+    pub notification_lag: Histogram,
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let metrics = Self {
+            registry: Mutex::new(Registry::with_prefix("hivegate")),
+            http_requests: Family::default(),
+            http_duration: HistogramFamily::new_with_constructor(latency_histogram),
+            mcp_requests: Family::default(),
+            mcp_duration: HistogramFamily::new_with_constructor(latency_histogram),
+            cache_lookups: Family::default(),
+            rate_limited: Family::default(),
+            notifications_sent: Counter::default(),
+            notification_lag: latency_histogram(),
+        };
+        {
+            let mut registry = metrics.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let r = &mut *registry;
+            r.register(
+                "http_requests",
+                "HTTP requests answered, by route template, method and status",
+                metrics.http_requests.clone(),
+            );
+            r.register(
+                "http_request_duration_seconds",
+                "Time to answer an HTTP request (streams: until the stream starts)",
+                metrics.http_duration.clone(),
+            );
+            r.register(
+                "mcp_requests",
+                "MCP requests that passed authentication, by method, era and outcome",
+                metrics.mcp_requests.clone(),
+            );
+            r.register(
+                "mcp_request_duration_seconds",
+                "Time to answer an MCP request, by method and era",
+                metrics.mcp_duration.clone(),
+            );
+            r.register("cache_lookups", "Registry cache lookups, by result", metrics.cache_lookups.clone());
+            r.register(
+                "rate_limited",
+                "Requests refused by a rate limit, by the limit's scope",
+                metrics.rate_limited.clone(),
+            );
+            r.register(
+                "notifications_sent",
+                "Notifications written to SSE streams",
+                metrics.notifications_sent.clone(),
+            );
+            r.register(
+                "notification_lag_seconds",
+                "Time from a change's commit to its notification on a stream",
+                metrics.notification_lag.clone(),
+            );
+        }
+        metrics
+    }
+
+    /// Adds what is read at scrape time from the running application.
+    pub fn register_levels(&self, levels: Levels) {
+        self.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).register_collector(Box::new(levels));
+    }
+
+    /// The exposition text.
+    pub fn encode(&self) -> Result<String, fmt::Error> {
+        let mut text = String::new();
+        let registry = self.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        prometheus_client::encoding::text::encode(&mut text, &registry)?;
+        Ok(text)
+    }
+}
+
+/// The levels read at scrape time.
+pub struct Levels {
+    pub hub: Arc<Hub>,
+    pub registry: Arc<RegistryCache>,
+    pub audit: Arc<AuditStats>,
+    pub store: Arc<dyn Store>,
+}
+
+impl fmt::Debug for Levels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Levels").finish_non_exhaustive()
+    }
+}
+
+impl Collector for Levels {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let pool = self.store.pool_usage();
+        let gauges: [(&str, &str, i64); 6] = [
+            (
+                "streams_open",
+                "SSE streams open on this replica (legacy GET and subscriptions/listen)",
+                to_i64(self.hub.open_streams() as u64),
+            ),
+            ("cache_bytes", "Estimated bytes held by the registry cache", to_i64(self.registry.bytes() as u64)),
+            ("audit_queue_depth", "MCP audit records accepted but not yet written", to_i64(self.audit.backlog())),
+            ("db_pool_connections", "Database connections open", i64::from(pool.size)),
+            ("db_pool_idle_connections", "Database connections open and idle", to_i64(pool.idle as u64)),
+            ("db_pool_max_connections", "Database connections allowed", i64::from(pool.max)),
+        ];
+        for (name, help, value) in gauges {
+            let gauge = ConstGauge::new(value);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        let counters: [(&str, &str, u64); 3] = [
+            ("audit_records_written", "MCP audit records written", self.audit.written.load(Relaxed)),
+            (
+                "audit_records_dropped",
+                "MCP audit records dropped because the queue was full",
+                self.audit.dropped.load(Relaxed),
+            ),
+            (
+                "audit_batches_failed",
+                "MCP audit batches that failed to write (and were retried)",
+                self.audit.failed_batches.load(Relaxed),
+            ),
+        ];
+        for (name, help, value) in counters {
+            let counter = ConstCounter::new(value);
+            counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
+
+fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// `GET /metrics`.
+pub async fn handler(State(state): State<AppState>) -> Response {
+    match state.metrics.encode() {
+        Ok(text) => ([(header::CONTENT_TYPE, HeaderValue::from_static(TEXT_FORMAT))], text).into_response(),
+        Err(_) => axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
