@@ -180,3 +180,114 @@ impl Batcher {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DatabaseConfig;
+    use crate::domain::model::AuditFilter;
+    use crate::domain::time::Timestamp;
+    use crate::events::LocalBus;
+    use crate::store::sqlite::SqliteStore;
+    use sqlx::Connection;
+
+    fn record(n: u32) -> AuditRecord {
+        AuditRecord {
+            id: uuid::Uuid::now_v7().to_string(),
+            agent_id: "bot".to_owned(),
+            occurred_at: Timestamp::now(),
+            kind: "mcp".to_owned(),
+            actor: "key:k".to_owned(),
+            action: "resources/read".to_owned(),
+            target: format!("test://{n}"),
+            ..AuditRecord::default()
+        }
+    }
+
+    /// A SQLite file, removed on drop.
+    struct TempFile(std::path::PathBuf);
+
+    impl TempFile {
+        fn url(&self) -> String {
+            format!("sqlite://{}?mode=rwc", self.0.display())
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", self.0.display()));
+            }
+        }
+    }
+
+    async fn temp_store() -> (Arc<dyn Store>, TempFile) {
+        let file = TempFile(std::env::temp_dir().join(format!("hivegate-audit-{}.db", uuid::Uuid::new_v4().simple())));
+        let store =
+            SqliteStore::connect(&file.url(), &DatabaseConfig::default(), LocalBus::new()).await.expect("sqlite");
+        store.migrate().await.expect("migrations");
+        (Arc::new(store), file)
+    }
+
+    async fn until(what: &str, check: impl Fn() -> bool) {
+        for _ in 0..400 {
+            if check() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    #[tokio::test]
+    async fn records_wait_while_writes_fail_and_are_written_after() {
+        let (store, file) = temp_store().await;
+        let url = file.url();
+        let mut admin = sqlx::SqliteConnection::connect(&url).await.expect("connection");
+        // The table goes away: every batch fails until it is back.
+        sqlx::query("alter table audit rename to audit_away").execute(&mut admin).await.expect("rename");
+
+        let config = AuditConfig { batch_size: 2, flush_interval_ms: 20, ..AuditConfig::default() };
+        let (writer, task) = AuditWriter::start(store.clone(), &config);
+        for n in 0..3 {
+            writer.record(record(n));
+        }
+        let stats = writer.stats().clone();
+        until("a failed batch", || stats.failed_batches.load(Ordering::Relaxed) > 0).await;
+        assert_eq!(stats.written.load(Ordering::Relaxed), 0);
+        assert_eq!(stats.backlog(), 3);
+
+        sqlx::query("alter table audit_away rename to audit").execute(&mut admin).await.expect("rename back");
+        until("every record written", || stats.written.load(Ordering::Relaxed) == 3).await;
+        assert_eq!(stats.dropped.load(Ordering::Relaxed), 0);
+        let stored = store.list_audit(&AuditFilter::default(), None, 10).await.expect("list");
+        let mut targets: Vec<&str> = stored.iter().map(|record| record.target.as_str()).collect();
+        targets.sort_unstable();
+        assert_eq!(targets, ["test://0", "test://1", "test://2"]);
+        task.stop(Duration::from_secs(5)).await;
+        let _ = admin.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_drops_and_counts_and_stop_writes_the_rest() {
+        let (store, _file) = temp_store().await;
+        // A long interval and a large batch: nothing is written until the writer stops.
+        let config =
+            AuditConfig { queue_capacity: 4, batch_size: 100, flush_interval_ms: 3_600_000, ..AuditConfig::default() };
+        let (writer, task) = AuditWriter::start(store.clone(), &config);
+        tokio::task::yield_now().await;
+        for n in 0..10 {
+            writer.record(record(n));
+        }
+        let stats = writer.stats().clone();
+        // The task may already have taken some into its batch; at most 4 wait in the queue besides those.
+        let dropped = stats.dropped.load(Ordering::Relaxed);
+        assert!(dropped > 0, "a queue of 4 cannot hold 10 records");
+        assert_eq!(stats.queued.load(Ordering::Relaxed) + dropped, 10);
+        task.stop(Duration::from_secs(5)).await;
+        let written = stats.written.load(Ordering::Relaxed);
+        assert_eq!(written, stats.queued.load(Ordering::Relaxed), "stop writes everything accepted");
+        let stored = store.list_audit(&AuditFilter::default(), None, 100).await.expect("list");
+        assert_eq!(stored.len() as u64, written);
+    }
+}

@@ -101,6 +101,20 @@ impl TestDatabase {
         }
     }
 
+    /// The single number `sql` selects from the test database.
+    pub async fn count(&self, sql: &'static str) -> i64 {
+        match &self.cleanup {
+            Cleanup::PostgresDatabase { .. } => {
+                let mut conn = PgConnection::connect(&self.url).await.expect("test database connection");
+                sqlx::query_scalar(sql).fetch_one(&mut conn).await.unwrap_or_else(|e| panic!("{sql}: {e}"))
+            }
+            Cleanup::SqliteFile(_) => {
+                let mut conn = sqlx::SqliteConnection::connect(&self.url).await.expect("test database connection");
+                sqlx::query_scalar(sql).fetch_one(&mut conn).await.unwrap_or_else(|e| panic!("{sql}: {e}"))
+            }
+        }
+    }
+
     /// A connection to the PostgreSQL server outside the test database, for inspecting and disturbing it.
     pub async fn maintenance_connection(&self) -> PgConnection {
         match &self.cleanup {
@@ -584,6 +598,11 @@ pub struct HivegateProcess {
 impl HivegateProcess {
     /// Starts `hivegate serve` on a free port and waits until `GET /healthz` answers 200.
     pub async fn start(database_url: &str, admin_token: Option<&str>) -> Self {
+        Self::start_with_env(database_url, admin_token, &[]).await
+    }
+
+    /// [`HivegateProcess::start`] with extra environment variables (configuration overrides).
+    pub async fn start_with_env(database_url: &str, admin_token: Option<&str>, env: &[(&str, &str)]) -> Self {
         let dir = TempDir::new();
         let port = free_port();
         let stdout = std::fs::File::create(dir.path().join("stdout.log")).unwrap();
@@ -591,6 +610,7 @@ impl HivegateProcess {
         let child = hivegate_command(dir.path(), database_url, admin_token)
             .arg("serve")
             .env("HIVEGATE_LISTEN", format!("127.0.0.1:{port}"))
+            .envs(env.iter().copied())
             .stdin(std::process::Stdio::null())
             .stdout(stdout)
             .stderr(stderr)
@@ -649,6 +669,11 @@ impl HivegateProcess {
     pub async fn terminate(&mut self) -> std::process::ExitStatus {
         let sent = std::process::Command::new("kill").arg("-TERM").arg(self.pid().to_string()).status().unwrap();
         assert!(sent.success(), "kill -TERM failed");
+        self.exited().await
+    }
+
+    /// Waits (at most [`DEADLINE`]) for the process to exit; returns its exit status.
+    pub async fn exited(&mut self) -> std::process::ExitStatus {
         let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {

@@ -32,6 +32,8 @@ mod audit;
 mod auth;
 /// Batches apply all or nothing.
 mod batch;
+/// Fault injection between hivegate and PostgreSQL.
+mod faults;
 /// Health, readiness and the OpenAPI document.
 mod health;
 /// API keys: issue, list, revoke, and their errors.

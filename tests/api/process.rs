@@ -1,8 +1,11 @@
 use reqwest::{Method, StatusCode};
 
+use serde_json::json;
+
 use crate::helpers::{
     Api, Backend, HivegateProcess, OPERATOR_TOKEN, TempDir, TestDatabase, expect_json, expect_problem, run_hivegate,
 };
+use crate::live_client::Legacy;
 
 both!(operator_token_is_generated_once, concurrent_migrations, sigterm_exits_cleanly);
 
@@ -100,8 +103,49 @@ async fn concurrent_migrations(backend: Backend) {
 
 async fn sigterm_exits_cleanly(backend: Backend) {
     let db = TestDatabase::new(backend).await;
-    let mut process = HivegateProcess::start(db.url(), Some(OPERATOR_TOKEN)).await;
+    // Audit records are only written at shutdown: the interval is an hour, the batch large.
+    let env = [("HIVEGATE_AUDIT__FLUSH_INTERVAL_MS", "3600000")];
+    let mut process = HivegateProcess::start_with_env(db.url(), Some(OPERATOR_TOKEN), &env).await;
     process.create_agent("bot").await;
-    let status = process.terminate().await;
+    let key = process.issue_key("bot", &["mcp"]).await.key;
+    let session = Legacy::initialize(&process, "bot", &key, "2025-11-25").await;
+    session.call("resources/list", json!({})).await;
+    let mut stream = session.open(None).await;
+    stream.next().await;
+
+    // A write in flight when SIGTERM arrives: its body is still being sent.
+    let (chunks, body) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
+    let write = process
+        .op(Method::PUT, "/admin/v1/agents/bot/resources")
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(tokio_stream_of(body)))
+        .send();
+    let in_flight = tokio::spawn(write);
+    chunks.send(Ok(br#"{"uri": "test://in-flight", "name": "n", "#.to_vec())).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let pid = process.pid();
+    let sent = std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status().unwrap();
+    assert!(sent.success(), "kill -TERM failed");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    chunks.send(Ok(br#""text": "finished after SIGTERM"}"#.to_vec())).await.unwrap();
+    drop(chunks);
+
+    // The in-flight write is finished and acknowledged; the stream is closed; the process exits 0.
+    let response = in_flight.await.unwrap().unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED, "{}", process.logs());
+    stream.expect_end().await;
+    let status = process.exited().await;
     assert!(status.success(), "SIGTERM: expected exit 0, got {status}\n{}", process.logs());
+
+    // Everything acknowledged is stored, and the queued audit records were written on the way out:
+    // initialize, resources/list and the stream's GET.
+    assert_eq!(db.count("select count(*) from resource where uri = 'test://in-flight'").await, 1);
+    assert_eq!(db.count("select count(*) from audit where kind = 'mcp'").await, 3, "{}", process.logs());
+}
+
+/// The receiving end of a channel as a stream (for a request body sent piece by piece).
+fn tokio_stream_of<T: Send + 'static>(
+    mut receiver: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures::Stream<Item = T> + Send + 'static {
+    futures::stream::poll_fn(move |context| receiver.poll_recv(context))
 }
