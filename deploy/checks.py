@@ -485,6 +485,10 @@ def check_runtime() -> None:
                 problem(f"POST /validate/mcp with Host {host} answered {got}, expected {want}")
         say("Host hivegate.example.com is allowed through HIVEGATE_MCP__ALLOWED_HOSTS; another host gets 403")
 
+        # /metrics, and the Grafana dashboard in deploy/grafana queries only series it exports.
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        check_dashboard(set(re.findall(r"^# TYPE (hivegate_\w+) ", metrics, re.M)))
+
         # STOPSIGNAL (SIGTERM): a clean exit.
         process.send_signal(signal.SIGTERM)
         try:
@@ -503,6 +507,35 @@ def check_runtime() -> None:
             process.wait()
         shutil.rmtree(root, ignore_errors=True)
     finish("runtime")
+
+
+def check_dashboard(exported: set[str]) -> None:
+    """docs/operations.md documents every family /metrics exports (`exported`: those with samples now), and
+    deploy/grafana/hivegate.json queries only documented families."""
+    if not exported:
+        problem("GET /metrics lists no hivegate_* metric families")
+        return
+    guide = (ROOT / "docs" / "operations.md").read_text()
+    documented = {
+        name
+        for line in guide.splitlines()
+        if line.startswith("| `hivegate_")
+        for name in re.findall(r"`(hivegate_\w+)", line.split("|")[1])
+    }
+    family = lambda name: re.sub(r"_(bucket|count|sum|total)$", "", name)  # noqa: E731
+    documented = {family(name) for name in documented}
+    if undocumented := exported - documented:
+        problem(f"/metrics exports families docs/operations.md does not document: {sorted(undocumented)}")
+    dashboard = json.loads((ROOT / "deploy" / "grafana" / "hivegate.json").read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    unknown = {name for expr in exprs for name in re.findall(r"hivegate_\w+", expr) if family(name) not in documented}
+    if unknown:
+        problem(f"the Grafana dashboard queries series that are not documented metrics: {sorted(unknown)}")
+    else:
+        say(
+            f"/metrics: {len(exported)} families, all documented; Grafana dashboard: "
+            f"{len(dashboard['panels'])} panels, {len(exprs)} queries, all over documented metrics"
+        )
 
 
 # --- docker compose and nginx ----------------------------------------------------------------------------
