@@ -203,15 +203,22 @@ pub async fn verify_audit(config: &Config, agent: Option<&str>) -> anyhow::Resul
     Ok(())
 }
 
+/// Where a client on this machine reaches a server listening on `listen`: loopback for an unspecified
+/// address such as `0.0.0.0`.
+pub fn reachable(listen: SocketAddr) -> SocketAddr {
+    let mut target = listen;
+    if target.ip().is_unspecified() {
+        target.set_ip(if target.is_ipv4() { [127, 0, 0, 1].into() } else { std::net::Ipv6Addr::LOCALHOST.into() });
+    }
+    target
+}
+
 /// `hivegate healthcheck`: `GET /readyz` on the configured listen address (an unspecified address such as
 /// `0.0.0.0` is probed on loopback); succeeds on HTTP 200.
 pub async fn healthcheck(listen: SocketAddr) -> anyhow::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    let mut target = listen;
-    if target.ip().is_unspecified() {
-        target.set_ip(if target.is_ipv4() { [127, 0, 0, 1].into() } else { std::net::Ipv6Addr::LOCALHOST.into() });
-    }
+    let target = reachable(listen);
     let probe = async {
         let mut stream = tokio::net::TcpStream::connect(target).await?;
         let request = format!("GET /readyz HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n");

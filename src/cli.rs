@@ -1,4 +1,5 @@
-//! The command line: `serve`, `migrate`, `healthcheck`, `config check`, `audit verify`.
+//! The command line: `serve`, `migrate`, `healthcheck`, `config check`, `audit verify`, and the admin API
+//! client commands `agent`, `key` and `resource`.
 
 use std::path::PathBuf;
 
@@ -31,6 +32,98 @@ pub enum Command {
     Audit {
         #[command(subcommand)]
         command: AuditCommand,
+    },
+    /// Manage agents through the admin API of a running gateway.
+    Agent {
+        #[command(flatten)]
+        target: Target,
+        #[command(subcommand)]
+        command: AgentCommand,
+    },
+    /// Manage an agent's keys through the admin API of a running gateway.
+    Key {
+        #[command(flatten)]
+        target: Target,
+        #[command(subcommand)]
+        command: KeyCommand,
+    },
+    /// Manage an agent's resources through the admin API of a running gateway.
+    Resource {
+        #[command(flatten)]
+        target: Target,
+        #[command(subcommand)]
+        command: ResourceCommand,
+    },
+}
+
+/// Which gateway the admin API commands talk to, and with which operator token.
+#[derive(Debug, clap::Args)]
+pub struct Target {
+    /// The gateway's base URL. Default: the configured listen address (loopback for 0.0.0.0).
+    #[arg(long, env = "HIVEGATE_URL", global = true)]
+    pub url: Option<String>,
+    /// The operator token. Default: HIVEGATE_ADMIN_TOKEN.
+    #[arg(long, global = true)]
+    pub token: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentCommand {
+    /// Create an agent; prints it.
+    Create {
+        id: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        description: Option<String>,
+    },
+    /// List every agent.
+    List,
+    /// Delete an agent and everything it owns.
+    Delete { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeyCommand {
+    /// Issue a key; prints it with the key itself, shown this once.
+    Issue {
+        agent: String,
+        /// `mcp` or `registry`; repeat for both.
+        #[arg(long = "scope", required = true)]
+        scopes: Vec<String>,
+        #[arg(long)]
+        name: Option<String>,
+        /// RFC 3339 time after which the key is refused.
+        #[arg(long)]
+        expires_at: Option<String>,
+    },
+    /// List an agent's keys (never the keys themselves).
+    List { agent: String },
+    /// Revoke a key: refused at once on every replica.
+    Revoke { agent: String, key_id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ResourceCommand {
+    /// Store a file as a resource (text when it is UTF-8, else a blob); prints the resource.
+    Put {
+        agent: String,
+        #[arg(long)]
+        uri: String,
+        #[arg(long)]
+        file: PathBuf,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        mime_type: Option<String>,
+    },
+    /// List an agent's resources (without content).
+    List { agent: String },
+    /// Delete a resource.
+    Delete {
+        agent: String,
+        #[arg(long)]
+        uri: String,
     },
 }
 

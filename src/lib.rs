@@ -38,6 +38,8 @@ pub mod app;
 pub mod audit;
 /// The command line.
 pub mod cli;
+/// The command line client of the admin API (`hivegate agent|key|resource`).
+pub mod client;
 /// Configuration loading and validation.
 pub mod config;
 /// Parse-don't-validate domain types.

@@ -2,7 +2,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use hivegate::app::{self, Application};
-use hivegate::cli::{AuditCommand, Cli, Command, ConfigCommand};
+use hivegate::cli::{AuditCommand, Cli, Command, ConfigCommand, Target};
+use hivegate::client::AdminClient;
 use hivegate::config::Config;
 
 #[tokio::main]
@@ -26,6 +27,15 @@ async fn main() -> ExitCode {
         Command::Audit { command: AuditCommand::Verify { agent } } => {
             app::verify_audit(&config, agent.as_deref()).await
         }
+        Command::Agent { target, command } => {
+            admin(&config, target, |client| async move { client.agent(command).await }).await
+        }
+        Command::Key { target, command } => {
+            admin(&config, target, |client| async move { client.key(command).await }).await
+        }
+        Command::Resource { target, command } => {
+            admin(&config, target, |client| async move { client.resource(command).await }).await
+        }
         Command::Config { command: ConfigCommand::Check } => {
             println!("{config:#?}");
             Ok(())
@@ -39,4 +49,23 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs one admin API command against the gateway `target` names and prints its answer.
+async fn admin<F, Fut>(config: &Config, target: Target, command: F) -> anyhow::Result<()>
+where
+    F: FnOnce(AdminClient) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<serde_json::Value>>,
+{
+    use secrecy::ExposeSecret;
+    let token = target
+        .token
+        .or_else(|| config.admin_token.as_ref().map(|token| token.expose_secret().to_owned()))
+        .ok_or_else(|| anyhow::anyhow!("no operator token: pass --token or set HIVEGATE_ADMIN_TOKEN"))?;
+    let url = target.url.unwrap_or_else(|| format!("http://{}", app::reachable(config.listen)));
+    let answer = command(AdminClient::new(&url, &token)?).await?;
+    if !answer.is_null() {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+    }
+    Ok(())
 }

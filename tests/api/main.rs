@@ -32,6 +32,8 @@ mod audit;
 mod auth;
 /// Batches apply all or nothing.
 mod batch;
+/// The admin API client commands of the binary.
+mod cli;
 /// Fault injection between hivegate and PostgreSQL.
 mod faults;
 /// Health, readiness and the OpenAPI document.
