@@ -244,12 +244,15 @@ async fn connect_with_retry(config: &Config, bus: LocalBus) -> anyhow::Result<Ar
     let give_up = tokio::time::Instant::now() + Duration::from_secs(config.database.startup_timeout_secs);
     let mut backoff = Duration::from_millis(200);
     loop {
+        let quotas = config.limits.quotas();
         let attempt: Result<Arc<dyn Store>, StoreError> = if url.is_postgres() {
-            PgStore::connect(url.expose(), &config.database).await.map(|s| Arc::new(s) as Arc<dyn Store>)
+            PgStore::connect(url.expose(), &config.database)
+                .await
+                .map(|s| Arc::new(s.with_quotas(quotas)) as Arc<dyn Store>)
         } else {
             SqliteStore::connect(url.expose(), &config.database, bus.clone())
                 .await
-                .map(|s| Arc::new(s) as Arc<dyn Store>)
+                .map(|s| Arc::new(s.with_quotas(quotas)) as Arc<dyn Store>)
         };
         match attempt {
             Ok(store) => return Ok(store),

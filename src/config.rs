@@ -105,11 +105,47 @@ pub struct LimitsConfig {
     pub max_body_bytes: usize,
     /// Largest content of one resource (text bytes or decoded blob bytes).
     pub max_resource_bytes: usize,
+    /// Resources one agent may hold (0: unlimited).
+    pub max_resources_per_agent: u64,
+    /// Resource templates one agent may hold: 1 to [`MAX_TEMPLATES_PER_AGENT`] (a read is matched against
+    /// all of them).
+    pub max_templates_per_agent: u64,
+    /// Prompts one agent may hold (0: unlimited).
+    pub max_prompts_per_agent: u64,
+    /// Content bytes of one agent's resources together (0: unlimited).
+    pub max_agent_bytes: u64,
+    /// Content bytes of every agent's resources together (0: unlimited).
+    pub max_total_bytes: u64,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
-        Self { max_body_bytes: 8 * 1024 * 1024, max_resource_bytes: 4 * 1024 * 1024 }
+        Self {
+            max_body_bytes: 8 * 1024 * 1024,
+            max_resource_bytes: 4 * 1024 * 1024,
+            max_resources_per_agent: 100_000,
+            max_templates_per_agent: 1_000,
+            max_prompts_per_agent: 1_000,
+            max_agent_bytes: 1024 * 1024 * 1024,
+            max_total_bytes: 0,
+        }
+    }
+}
+
+/// The most resource templates an agent may be allowed: every read of a URI no resource has is matched
+/// against all of the agent's templates.
+pub const MAX_TEMPLATES_PER_AGENT: u64 = 1_000;
+
+impl LimitsConfig {
+    /// The quotas the store enforces.
+    pub fn quotas(&self) -> crate::store::Quotas {
+        crate::store::Quotas {
+            max_resources_per_agent: self.max_resources_per_agent,
+            max_templates_per_agent: self.max_templates_per_agent,
+            max_prompts_per_agent: self.max_prompts_per_agent,
+            max_agent_bytes: self.max_agent_bytes,
+            max_total_bytes: self.max_total_bytes,
+        }
     }
 }
 
@@ -343,6 +379,12 @@ impl Config {
                 message: "the operator token must be at least 16 characters".to_owned(),
             });
         }
+        if !(1..=MAX_TEMPLATES_PER_AGENT).contains(&self.limits.max_templates_per_agent) {
+            return Err(ConfigError::Invalid {
+                key: "limits.max_templates_per_agent",
+                message: format!("must be between 1 and {MAX_TEMPLATES_PER_AGENT}"),
+            });
+        }
         let positive: [(&'static str, u64); 18] = [
             ("audit.queue_capacity", self.audit.queue_capacity as u64),
             ("audit.batch_size", self.audit.batch_size as u64),
@@ -414,6 +456,24 @@ mod tests {
         config.sessions.idle_timeout_secs = u64::MAX;
         let error = config.validate().expect_err("an absurd timeout is refused");
         assert!(error.to_string().contains("sessions.idle_timeout_secs"), "{error}");
+    }
+
+    #[test]
+    fn quotas_and_audit_settings_are_checked() {
+        for templates in [0, MAX_TEMPLATES_PER_AGENT + 1] {
+            let mut config = Config::default();
+            config.limits.max_templates_per_agent = templates;
+            let error = config.validate().expect_err("templates out of range");
+            assert!(error.to_string().contains("limits.max_templates_per_agent"), "{error}");
+        }
+        let mut config = Config::default();
+        config.audit.batch_size = 0;
+        let error = config.validate().expect_err("an empty batch is refused");
+        assert!(error.to_string().contains("audit.batch_size"), "{error}");
+        let mut config = Config::default();
+        config.audit.agent_retention_days.insert("bot".to_owned(), 0);
+        assert_eq!(config.audit.retention_of("bot"), None, "0 keeps that agent's records forever");
+        assert_eq!(config.audit.retention_of("other"), Some(std::time::Duration::from_secs(90 * 86_400)));
     }
 
     #[test]

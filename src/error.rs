@@ -35,10 +35,10 @@ pub enum ApiError {
     /// 405: a known path with a method it does not serve.
     #[error("method not allowed")]
     MethodNotAllowed,
-    /// 409: a create of something that exists.
+    /// 409: a create of something that exists, or a change that would exceed an agent's count quota.
     #[error("{0}")]
     Conflict(String),
-    /// 413: a body or a resource's content over its limit.
+    /// 413: a body or a resource's content over its limit, or a change over a storage quota.
     #[error("{0}")]
     PayloadTooLarge(String),
     /// 422: well-formed JSON with an invalid value, an unknown or a missing field.
@@ -135,6 +135,8 @@ impl From<StoreError> for ApiError {
         match error {
             StoreError::NotFound => ApiError::NotFound("not found".to_owned()),
             StoreError::Conflict => ApiError::Conflict("already exists".to_owned()),
+            StoreError::TooMany(detail) => ApiError::Conflict(detail),
+            StoreError::TooLarge(detail) => ApiError::PayloadTooLarge(detail),
             StoreError::Unavailable(cause) => ApiError::Unavailable(cause.to_string()),
             other => ApiError::Internal(other.to_string()),
         }

@@ -40,6 +40,24 @@ pub enum StoreError {
     Database(#[source] sqlx::Error),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// The change would take the agent (or the gateway) over a count limit: nothing was changed.
+    #[error("{0}")]
+    TooMany(String),
+    /// The change would take the agent (or the gateway) over a storage limit: nothing was changed.
+    #[error("{0}")]
+    TooLarge(String),
+}
+
+/// What one agent, and the gateway as a whole, may hold (from `[limits]`); 0 is unlimited.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Quotas {
+    pub max_resources_per_agent: u64,
+    pub max_templates_per_agent: u64,
+    pub max_prompts_per_agent: u64,
+    /// Content bytes of one agent's resources together.
+    pub max_agent_bytes: u64,
+    /// Content bytes of every agent's resources together.
+    pub max_total_bytes: u64,
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

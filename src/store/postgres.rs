@@ -15,7 +15,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, Postgres, Transaction};
 
 use super::sql::{classify, classify_migration, impl_store};
-use super::{StoreError, StoreResult};
+use super::{Quotas, StoreError, StoreResult};
 use crate::config::DatabaseConfig;
 use crate::events::postgres::REPLICA_TTL_SECS;
 use crate::events::{BusMessage, CHANNEL};
@@ -29,6 +29,8 @@ pub struct PgStore {
     pool: PgPool,
     /// Kept to open the migrator's dedicated connection.
     options: PgConnectOptions,
+    /// What agents may hold; checked inside each change's transaction.
+    quotas: Quotas,
 }
 
 impl PgStore {
@@ -41,7 +43,7 @@ impl PgStore {
             .connect_with(options.clone())
             .await
             .map_err(Self::error)?;
-        Ok(Self { pool, options })
+        Ok(Self { pool, options, quotas: Quotas::default() })
     }
 
     fn reader(&self) -> &PgPool {
@@ -50,6 +52,16 @@ impl PgStore {
 
     fn writer(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// Enforces `quotas` from now on.
+    pub fn with_quotas(mut self, quotas: Quotas) -> Self {
+        self.quotas = quotas;
+        self
+    }
+
+    fn quotas(&self) -> &Quotas {
+        &self.quotas
     }
 
     fn pools(&self) -> [&PgPool; 1] {

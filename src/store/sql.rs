@@ -20,6 +20,14 @@ pub(super) mod methods;
 /// Sessions, subscriptions, the event head and retention: inherent methods the `impl Store` block delegates to.
 pub(super) mod sessions;
 
+/// `Ok` when `value` is within `max` (0 is unlimited), else the error `over` makes.
+pub(super) fn within(value: i64, max: u64, over: impl FnOnce() -> StoreError) -> Result<(), StoreError> {
+    if max > 0 && u64::try_from(value).unwrap_or(0) > max {
+        return Err(over());
+    }
+    Ok(())
+}
+
 /// What one registry change tells subscribers; becomes the change's event row.
 #[derive(Debug, Default)]
 pub(super) struct Change {
@@ -356,6 +364,78 @@ macro_rules! impl_store {
                     .await
                     .map_err(Self::error)?;
                     Ok(())
+                }
+
+                /// After resources changed in `tx`: refuses (rolling back) what takes `agent` or the gateway over
+                /// the resource quotas.
+                async fn check_resource_quotas(&self, tx: &mut Tx, agent: &AgentId) -> StoreResult<()> {
+                    let quotas = *self.quotas();
+                    if quotas.max_resources_per_agent > 0 || quotas.max_agent_bytes > 0 {
+                        let (count, bytes) = sqlx::query_as::<$db, (i64, i64)>(
+                            "select count(*), cast(coalesce(sum(size), 0) as bigint) from resource where agent_id = $1",
+                        )
+                        .bind(agent.as_str())
+                        .fetch_one(&mut **tx)
+                        .await
+                        .map_err(Self::error)?;
+                        $crate::store::sql::within(count, quotas.max_resources_per_agent, || {
+                            StoreError::TooMany(format!(
+                                "agent {agent} would hold {count} resources; at most {} are allowed \
+                                 (limits.max_resources_per_agent)",
+                                quotas.max_resources_per_agent
+                            ))
+                        })?;
+                        $crate::store::sql::within(bytes, quotas.max_agent_bytes, || {
+                            StoreError::TooLarge(format!(
+                                "agent {agent}'s resources would hold {bytes} bytes; at most {} are allowed \
+                                 (limits.max_agent_bytes)",
+                                quotas.max_agent_bytes
+                            ))
+                        })?;
+                    }
+                    if quotas.max_total_bytes > 0 {
+                        let bytes = sqlx::query_scalar::<$db, i64>("select cast(coalesce(sum(size), 0) as bigint) from resource")
+                            .fetch_one(&mut **tx)
+                            .await
+                            .map_err(Self::error)?;
+                        $crate::store::sql::within(bytes, quotas.max_total_bytes, || {
+                            StoreError::TooLarge(format!(
+                                "the gateway's resources would hold {bytes} bytes; at most {} are allowed \
+                                 (limits.max_total_bytes)",
+                                quotas.max_total_bytes
+                            ))
+                        })?;
+                    }
+                    Ok(())
+                }
+
+                /// After a template or prompt was stored in `tx`: refuses (rolling back) what takes `agent` over
+                /// its count quota. `table` is `resource_template` or `prompt`.
+                async fn check_count_quota(
+                    tx: &mut Tx,
+                    agent: &AgentId,
+                    table: &'static str,
+                    max: u64,
+                    key: &'static str,
+                ) -> StoreResult<()> {
+                    if max == 0 {
+                        return Ok(());
+                    }
+                    let query = match table {
+                        "resource_template" => "select count(*) from resource_template where agent_id = $1",
+                        _ => "select count(*) from prompt where agent_id = $1",
+                    };
+                    let count = sqlx::query_scalar::<$db, i64>(query)
+                        .bind(agent.as_str())
+                        .fetch_one(&mut **tx)
+                        .await
+                        .map_err(Self::error)?;
+                    let what = if table == "prompt" { "prompts" } else { "resource templates" };
+                    $crate::store::sql::within(count, max, || {
+                        StoreError::TooMany(format!(
+                            "agent {agent} would hold {count} {what}; at most {max} are allowed (limits.{key})"
+                        ))
+                    })
                 }
 
                 /// A registry change's bookkeeping: its event row, then the commit that announces it.

@@ -19,7 +19,7 @@ use sqlx::{Sqlite, Transaction};
 use tokio::sync::Mutex;
 
 use super::sql::{classify, classify_migration, impl_store};
-use super::{StoreError, StoreResult};
+use super::{Quotas, StoreError, StoreResult};
 use crate::config::DatabaseConfig;
 use crate::events::{BusMessage, LocalBus};
 
@@ -39,6 +39,8 @@ pub struct SqliteStore {
     /// at commit, so without this the next writer could commit and publish first: consumers must see
     /// changes in sequence order.
     announcing: Mutex<()>,
+    /// What agents may hold; checked inside each change's transaction.
+    quotas: Quotas,
 }
 
 impl SqliteStore {
@@ -84,7 +86,7 @@ impl SqliteStore {
                 .await
                 .map_err(Self::error)?
         };
-        Ok(Self { writer, reader, bus, announcing: Mutex::new(()) })
+        Ok(Self { writer, reader, bus, announcing: Mutex::new(()), quotas: Quotas::default() })
     }
 
     fn reader(&self) -> &SqlitePool {
@@ -93,6 +95,16 @@ impl SqliteStore {
 
     fn writer(&self) -> &SqlitePool {
         &self.writer
+    }
+
+    /// Enforces `quotas` from now on.
+    pub fn with_quotas(mut self, quotas: Quotas) -> Self {
+        self.quotas = quotas;
+        self
+    }
+
+    fn quotas(&self) -> &Quotas {
+        &self.quotas
     }
 
     fn pools(&self) -> [&SqlitePool; 2] {

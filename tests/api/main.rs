@@ -66,6 +66,8 @@ mod pagination;
 mod process;
 /// Prompts: templates compiled at write time.
 mod prompts;
+/// Per-agent and gateway-wide quotas.
+mod quotas;
 /// Several replicas on one PostgreSQL database, and a broken LISTEN connection.
 mod replicas;
 /// Resources: text and blob content, validation, round trips.

@@ -487,6 +487,7 @@ macro_rules! impl_store_methods {
                 let mut tx = self.begin_write().await?;
                 let seq = Self::next_seq(&mut tx, agent).await?;
                 let (before, after) = Self::upsert_resource_in(&mut tx, agent, resource, actor, now).await?;
+                self.check_resource_quotas(&mut tx, agent).await?;
                 let mut change = Change::default();
                 change.resource_put(before.as_ref(), &after);
                 self.finish_change(tx, agent, seq, &change, now).await?;
@@ -524,6 +525,7 @@ macro_rules! impl_store_methods {
                     change.resource_deleted(uri.as_str());
                     outcome.deleted.push(uri.clone());
                 }
+                self.check_resource_quotas(&mut tx, agent).await?;
                 self.finish_change(tx, agent, seq, &change, now).await?;
                 Ok(outcome)
             }
@@ -666,6 +668,8 @@ macro_rules! impl_store_methods {
                     .execute(&mut *tx)
                     .await
                     .map_err(Self::error)?;
+                let max = self.quotas().max_templates_per_agent;
+                Self::check_count_quota(&mut tx, agent, "resource_template", max, "max_templates_per_agent").await?;
                 let audit = Audit {
                     agent,
                     actor,
@@ -782,6 +786,8 @@ macro_rules! impl_store_methods {
                     .execute(&mut *tx)
                     .await
                     .map_err(Self::error)?;
+                let max = self.quotas().max_prompts_per_agent;
+                Self::check_count_quota(&mut tx, agent, "prompt", max, "max_prompts_per_agent").await?;
                 let audit = Audit {
                     agent,
                     actor,
