@@ -38,6 +38,8 @@ mod cli;
 mod faults;
 /// Health, readiness and the OpenAPI document.
 mod health;
+/// Tenant isolation as a randomized property.
+mod isolation;
 /// API keys: issue, list, revoke, and their errors.
 mod keys;
 /// Clients for the live-update stories: SSE reading, legacy sessions, listen streams.
