@@ -2,7 +2,8 @@
 //!
 //! Prompt messages carry one content block each (`text`, `image`, `audio`, `resource_link`, `resource`).
 //! Their templated fields (`text`; the `uri`/`text` of `resource` and `resource_link` blocks) are
-//! MiniJinja templates: they must compile when stored, and are rendered by [`render_block`].
+//! MiniJinja templates: they must compile and stay within the allowed subset when stored
+//! ([`render::compile_check`]), and are rendered by [`render_block`] within the request's output budget.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +12,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
 use super::ResourceUri;
-use super::render;
+use super::render::{self, Budget};
 use super::time::Timestamp;
 
 /// Checks MCP `annotations`: an object with only `audience` (`user`/`assistant`), `priority` (0 to 1)
@@ -121,17 +122,18 @@ fn validate_embedded(resource: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// Renders the templated fields of a content block with `args`; a rendered URI is re-validated.
-pub fn render_block(block: &Value, args: &BTreeMap<String, String>) -> Result<Value, String> {
+/// Renders the templated fields of a content block with `args`, charging `budget`; a rendered URI is
+/// re-validated.
+pub fn render_block(block: &Value, args: &BTreeMap<String, String>, budget: &mut Budget) -> Result<Value, String> {
     let mut block = block.clone();
     let kind = block.get("type").and_then(Value::as_str).unwrap_or_default().to_owned();
     match kind.as_str() {
-        "text" => render_field(&mut block, "text", args, false)?,
-        "resource_link" => render_field(&mut block, "uri", args, true)?,
+        "text" => render_field(&mut block, "text", args, false, budget)?,
+        "resource_link" => render_field(&mut block, "uri", args, true, budget)?,
         "resource" => {
             if let Some(resource) = block.get_mut("resource") {
-                render_field(resource, "uri", args, true)?;
-                render_field(resource, "text", args, false)?;
+                render_field(resource, "uri", args, true, budget)?;
+                render_field(resource, "text", args, false, budget)?;
             }
         }
         _ => {}
@@ -139,10 +141,16 @@ pub fn render_block(block: &Value, args: &BTreeMap<String, String>) -> Result<Va
     Ok(block)
 }
 
-fn render_field(object: &mut Value, field: &str, args: &BTreeMap<String, String>, is_uri: bool) -> Result<(), String> {
+fn render_field(
+    object: &mut Value,
+    field: &str,
+    args: &BTreeMap<String, String>,
+    is_uri: bool,
+    budget: &mut Budget,
+) -> Result<(), String> {
     let Some(slot) = object.get_mut(field) else { return Ok(()) };
     let Some(source) = slot.as_str() else { return Ok(()) };
-    let rendered = render::render(source, args)?;
+    let rendered = render::render_with_budget(source, args, budget)?;
     if is_uri {
         ResourceUri::parse(&rendered).map_err(|e| e.0)?;
     }
@@ -236,6 +244,8 @@ mod tests {
             json!({"type": "resource", "resource": {"uri": "x://a", "text": "t", "blob": "AAAA"}}),
             json!({"type": "resource", "resource": {"text": "t"}}),
             json!({"type": "resource", "resource": {"uri": "x://a", "text": "{% if %}"}}),
+            json!({"type": "text", "text": "{% set x = 1 %}{{ x }}"}),
+            json!({"type": "resource_link", "uri": "test://{{ id * 3 }}", "name": "n"}),
             json!({"type": "text", "text": "x", "annotations": {"priority": 7}}),
         ] {
             assert!(validate_block(&block).is_err(), "{block} should be refused");
@@ -247,10 +257,10 @@ mod tests {
         let args: BTreeMap<String, String> = [("id".to_owned(), "42".to_owned())].into();
         let block = json!({"type": "resource", "resource": {"uri": "test://{{ id }}", "text": "item {{ id }}"}});
         assert_eq!(
-            render_block(&block, &args),
+            render_block(&block, &args, &mut Budget::default()),
             Ok(json!({"type": "resource", "resource": {"uri": "test://42", "text": "item 42"}}))
         );
         let link = json!({"type": "resource_link", "uri": "{{ id }}", "name": "n"});
-        assert!(render_block(&link, &args).is_err(), "a rendered URI is re-validated");
+        assert!(render_block(&link, &args, &mut Budget::default()).is_err(), "a rendered URI is re-validated");
     }
 }

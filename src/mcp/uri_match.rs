@@ -4,7 +4,8 @@
 //! Parsing is [`crate::domain::UriTemplate`]'s; this module only walks its parts. Each variable of an
 //! expression may be absent (undefined) or present; values are matched against the characters expansion
 //! could have produced and then percent-decoded. Ambiguous templates (`{a}{b}`) are resolved by trying
-//! longer values first; a step budget bounds the backtracking on hostile input.
+//! longer values first; a step budget bounds the backtracking on hostile input, and a [`MatchBudget`]
+//! shared by every match of one request bounds its total work, however many templates an agent has.
 
 use std::collections::BTreeMap;
 
@@ -12,15 +13,46 @@ use crate::domain::uri_template::{Expression, Operator, Part, UriTemplate};
 
 /// Backtracking steps one match may take before giving up (no match).
 const STEP_BUDGET: usize = 20_000;
+/// Steps (backtracking steps and bytes scanned) all the matches of one request may take together.
+pub const REQUEST_BUDGET: usize = 500_000;
+
+/// What the matches of one request may still spend. Once it is spent, every further match fails.
+#[derive(Debug)]
+pub struct MatchBudget {
+    left: usize,
+}
+
+impl MatchBudget {
+    /// The budget of one request.
+    pub fn per_request() -> Self {
+        Self { left: REQUEST_BUDGET }
+    }
+
+    pub fn is_spent(&self) -> bool {
+        self.left == 0
+    }
+}
 
 /// The variables of `uri` under `template`, percent-decoded, or `None` when it does not match (or the
 /// template uses modifiers this matcher does not support). Undefined variables are absent from the map.
 pub fn match_uri(template: &UriTemplate, uri: &str) -> Option<BTreeMap<String, String>> {
-    if !template.is_matchable() {
+    match_uri_within(template, uri, &mut MatchBudget::per_request())
+}
+
+/// [`match_uri`], spending from `budget` (shared by the matches of one request).
+pub fn match_uri_within(
+    template: &UriTemplate,
+    uri: &str,
+    budget: &mut MatchBudget,
+) -> Option<BTreeMap<String, String>> {
+    if !template.is_matchable() || budget.is_spent() {
         return None;
     }
-    let mut matcher = Matcher { uri: uri.as_bytes(), steps: 0, bindings: Vec::new() };
-    if !matcher.parts(template.parts(), 0) {
+    let limit = STEP_BUDGET.min(budget.left);
+    let mut matcher = Matcher { uri: uri.as_bytes(), steps: 0, limit, bindings: Vec::new() };
+    let matched = matcher.parts(template.parts(), 0);
+    budget.left = budget.left.saturating_sub(matcher.steps.max(1));
+    if !matched {
         return None;
     }
     let mut variables = BTreeMap::new();
@@ -38,6 +70,8 @@ pub fn match_uri(template: &UriTemplate, uri: &str) -> Option<BTreeMap<String, S
 struct Matcher<'u> {
     uri: &'u [u8],
     steps: usize,
+    /// Steps this match may take.
+    limit: usize,
     /// Variable name and the raw (still encoded) text it matched, in template order.
     bindings: Vec<(String, &'u str)>,
 }
@@ -45,7 +79,7 @@ struct Matcher<'u> {
 impl<'u> Matcher<'u> {
     fn tick(&mut self) -> bool {
         self.steps += 1;
-        self.steps <= STEP_BUDGET
+        self.steps <= self.limit
     }
 
     /// Whether `parts` match `uri[at..]` exactly.
@@ -90,6 +124,11 @@ impl<'u> Matcher<'u> {
             }
             if start != usize::MAX {
                 let end_max = if named_empty { start } else { self.value_end(operator, start) };
+                // Scanning costs too: a long URI is not free to look at over and over.
+                self.steps += (end_max - start) / 8;
+                if self.steps > self.limit {
+                    return false;
+                }
                 for end in (start..=end_max).rev() {
                     let raw = std::str::from_utf8(&self.uri[start..end]).unwrap_or_default();
                     self.bindings.push((variable.name.clone(), raw));
@@ -237,6 +276,23 @@ mod tests {
         let template = "x://{a}{b}{c}{d}{e}!";
         let uri = format!("x://{}", "a".repeat(2000));
         assert_eq!(vars(template, &uri), None);
+    }
+
+    #[test]
+    fn a_request_budget_bounds_many_hostile_templates() {
+        let template = UriTemplate::parse("x://{a}{b}{c}{d}{e}!").expect("template");
+        let uri = format!("x://{}", "a".repeat(2000));
+        let mut budget = MatchBudget::per_request();
+        let mut tried = 0;
+        while !budget.is_spent() {
+            assert_eq!(match_uri_within(&template, &uri, &mut budget), None);
+            tried += 1;
+            assert!(tried < 1000, "the budget must run out long before 1000 hostile templates");
+        }
+        // Spent: even a template that would match is not tried any more.
+        let easy = UriTemplate::parse("x://{a}").expect("template");
+        assert_eq!(match_uri_within(&easy, "x://1", &mut budget), None);
+        assert!(match_uri(&easy, "x://1").is_some(), "a fresh budget matches");
     }
 
     #[test]

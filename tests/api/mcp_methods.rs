@@ -1,5 +1,6 @@
 //! The registry methods over MCP, in both eras: lists and pagination, reads (text, blob, templates,
-//! directories), prompts, completion, and the cache staying true after admin changes.
+//! directories), prompts, completion, the cache staying true after admin changes, and the bounds on
+//! templates (refused constructs, argument caps, the output budget).
 
 use std::collections::BTreeSet;
 
@@ -8,7 +9,7 @@ use base64::engine::general_purpose::STANDARD;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{Api, Backend, spawn_app};
+use crate::helpers::{Api, Backend, expect_problem, spawn_app, str_of};
 use crate::mcp_client::{Mcp, PNG, after_write, agent_with_key, seed_fixtures};
 
 both!(
@@ -17,7 +18,8 @@ both!(
     template_and_directory_reads,
     prompts_in_both_eras,
     completion_of_prompts_and_templates,
-    changes_are_seen_at_once
+    changes_are_seen_at_once,
+    templates_are_bounded
 );
 
 async fn lists_and_reads_in_both_eras(backend: Backend) {
@@ -419,4 +421,70 @@ async fn changes_are_seen_at_once(backend: Backend) {
         (answer.body["error"]["code"] == -32002).then_some(())
     })
     .await;
+}
+
+async fn templates_are_bounded(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = agent_with_key(&app, "bot").await;
+    let mcp = Mcp::new(&app, "bot", &key);
+
+    // Constructs outside the allowed subset: 422 problem+json naming the construct and its line, nothing stored.
+    let path = "/admin/v1/agents/bot/prompts/unbounded";
+    for (text, construct) in [
+        ("Hi {% set x = 'a' %}{{ x }}", "`{% set %}` is not allowed (line 1)"),
+        ("Hi\n{{ 'x' * 9 }}", "the `*` operator is not allowed (line 2)"),
+        ("{{ x|format(1) }}", "the filter `format` is not allowed (line 1)"),
+        ("{{ namespace() }}", "calling `namespace()` is not allowed (line 1)"),
+    ] {
+        let body = json!({"messages": [{"role": "user", "content": {"type": "text", "text": text}}]});
+        let response = app.op(Method::PUT, path).json(&body).send().await.unwrap();
+        let problem = expect_problem(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+        assert!(str_of(&problem, "detail").contains(construct), "{text}: {problem}");
+        expect_problem(app.op(Method::GET, path).send().await.unwrap(), StatusCode::NOT_FOUND).await;
+    }
+    let templates = "/admin/v1/agents/bot/resource-templates";
+    let response = app
+        .op(Method::PUT, templates)
+        .json(&json!({"uriTemplate": "test://unbounded/{id}", "name": "u",
+            "text": "{% for i in range(3) %}\n{% set x = id %}{% endfor %}"}))
+        .send()
+        .await
+        .unwrap();
+    let problem = expect_problem(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert!(str_of(&problem, "detail").contains("`{% set %}` is not allowed (line 2)"), "{problem}");
+    assert!(app.list_all(templates, None).await.is_empty(), "nothing stored");
+
+    // prompts/get arguments: at most 64, each at most 64 KiB, 256 KiB in all; beyond, -32602.
+    let echo = "/admin/v1/agents/bot/prompts/echo";
+    let arguments: Vec<Value> = (0..5).map(|i| json!({"name": format!("a{i}")})).collect();
+    let body = json!({"arguments": arguments,
+        "messages": [{"role": "user", "content": {"type": "text", "text": "{{ a0 }}"}}]});
+    assert!(app.op(Method::PUT, echo).json(&body).send().await.unwrap().status().is_success());
+    let get = |arguments: Value| json!({"name": "echo", "arguments": arguments});
+    let many: serde_json::Map<String, Value> = (0..65).map(|i| (format!("a{i}"), json!("x"))).collect();
+    let answer = mcp.legacy("prompts/get", get(Value::Object(many))).await;
+    let message = answer.error(StatusCode::OK, -32602)["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("65 arguments given; at most 64"), "{message}");
+    let kib = |n: usize| "x".repeat(n * 1024);
+    let answer = mcp.modern("prompts/get", get(json!({"a0": format!("{}y", kib(64))}))).await;
+    let message = answer.error(StatusCode::OK, -32602)["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("argument \"a0\" is 65537 bytes; at most 65536"), "{message}");
+    let five: serde_json::Map<String, Value> = (0..5).map(|i| (format!("a{i}"), json!(kib(60)))).collect();
+    let answer = mcp.legacy("prompts/get", get(Value::Object(five))).await;
+    let message = answer.error(StatusCode::OK, -32602)["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("more than 262144 bytes together"), "{message}");
+    let answer = mcp.legacy("prompts/get", get(json!({"a0": kib(64)}))).await;
+    assert_eq!(answer.result()["messages"][0]["content"]["text"].as_str().map(str::len), Some(64 * 1024));
+
+    // One output budget for all the messages of a prompt: three messages of 600 KiB exceed it.
+    let body = json!({"arguments": [{"name": "text", "required": true}],
+        "messages": vec![json!({"role": "user", "content": {"type": "text",
+            "text": "{% for i in range(10) %}{{ text }}{% endfor %}"}}); 3]});
+    let large = "/admin/v1/agents/bot/prompts/large";
+    assert!(app.op(Method::PUT, large).json(&body).send().await.unwrap().status().is_success());
+    let answer = mcp.modern("prompts/get", json!({"name": "large", "arguments": {"text": kib(60)}})).await;
+    let message = answer.error(StatusCode::OK, -32602)["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("messages[1]") && message.contains("output budget of 1048576 bytes"), "{message}");
+    let answer = mcp.legacy("prompts/get", json!({"name": "large", "arguments": {"text": kib(30)}})).await;
+    assert_eq!(answer.result()["messages"].as_array().map(Vec::len), Some(3));
 }

@@ -12,7 +12,7 @@ use crate::domain::UriTemplate;
 use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
 use crate::mcp::types::{CompleteRequestParams, CompleteResult, CompletionInfo, Reference};
-use crate::mcp::uri_match::{literal_prefix, match_uri};
+use crate::mcp::uri_match::{MatchBudget, literal_prefix, match_uri_within};
 
 /// Values in one answer (the specification's maximum).
 pub const MAX_VALUES: usize = 100;
@@ -86,6 +86,7 @@ async fn template_values(
     let mut values = BTreeSet::new();
     let mut after = (!prefix.is_empty()).then(|| prefix.to_owned());
     let mut scanned = 0;
+    let mut budget = MatchBudget::per_request();
     // Starting after the prefix itself skips a resource stored exactly at the prefix; it has no variables.
     'pages: while scanned < URI_SCAN_LIMIT {
         let page = store.list_resources(&ctx.agent.id, after.as_deref(), SCAN_PAGE).await?;
@@ -96,7 +97,12 @@ async fn template_values(
                 break 'pages;
             }
             scanned += 1;
-            let Some(variables) = match_uri(template, uri) else { continue };
+            let Some(variables) = match_uri_within(template, uri, &mut budget) else {
+                if budget.is_spent() {
+                    break 'pages;
+                }
+                continue;
+            };
             let agrees = chosen
                 .iter()
                 .filter(|(name, _)| name.as_str() != variable)

@@ -1,5 +1,5 @@
 //! `prompts/list` (never showing an argument's `completions`) and `prompts/get` (messages rendered with the
-//! arguments in the sandboxed MiniJinja environment).
+//! arguments in the sandboxed MiniJinja environment, off the async workers, within one output budget).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use super::{McpMethod, params};
 use crate::domain::PromptName;
 use crate::domain::model::{Prompt, Role};
 use crate::domain::prompt::render_messages;
+use crate::domain::render::Budget;
 use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
 use crate::mcp::types::{
@@ -81,6 +82,13 @@ pub(crate) async fn find_prompt(ctx: &Context<'_>, name: &str) -> Result<Option<
     Ok(found.as_ref().clone())
 }
 
+/// The most arguments one `prompts/get` may pass.
+pub const MAX_ARGUMENTS: usize = 64;
+/// The largest value one argument may have, in bytes.
+pub const MAX_ARGUMENT_BYTES: usize = 64 * 1024;
+/// The most bytes all arguments may have together, names and values.
+pub const MAX_ARGUMENTS_BYTES: usize = 256 * 1024;
+
 /// `prompts/get`.
 pub struct GetPrompt {
     name: String,
@@ -92,11 +100,31 @@ impl McpMethod for GetPrompt {
 
     fn parse(raw: Option<Value>) -> Result<Self, McpError> {
         let parsed: GetPromptRequestParams = params(raw)?;
+        let given = parsed.arguments.unwrap_or_default();
+        if given.len() > MAX_ARGUMENTS {
+            return Err(McpError::InvalidParams(format!(
+                "{} arguments given; at most {MAX_ARGUMENTS} are allowed",
+                given.len()
+            )));
+        }
         let mut arguments = BTreeMap::new();
-        for (name, value) in parsed.arguments.unwrap_or_default() {
+        let mut total = 0;
+        for (name, value) in given {
             let Value::String(value) = value else {
                 return Err(McpError::InvalidParams(format!("argument {name:?} must be a string")));
             };
+            if value.len() > MAX_ARGUMENT_BYTES {
+                return Err(McpError::InvalidParams(format!(
+                    "argument {name:?} is {} bytes; at most {MAX_ARGUMENT_BYTES} are allowed",
+                    value.len()
+                )));
+            }
+            total += name.len() + value.len();
+            if total > MAX_ARGUMENTS_BYTES {
+                return Err(McpError::InvalidParams(format!(
+                    "the arguments are more than {MAX_ARGUMENTS_BYTES} bytes together"
+                )));
+            }
             arguments.insert(name, value);
         }
         Ok(Self { name: parsed.name, arguments })
@@ -120,7 +148,17 @@ impl McpMethod for GetPrompt {
         {
             return Err(McpError::InvalidParams(format!("missing required argument {:?}", missing.name)));
         }
-        let rendered = render_messages(&prompt.messages, &self.arguments).map_err(McpError::InvalidParams)?;
+        // Rendering is CPU work up to the fuel limit: it runs on the blocking pool, not on an async worker.
+        let stored = Arc::clone(&prompt);
+        let arguments = self.arguments;
+        let rendered =
+            tokio::task::spawn_blocking(move || render_messages(&stored.messages, &arguments, &mut Budget::default()))
+                .await
+                .map_err(|error| {
+                    tracing::error!(prompt = %prompt.name, %error, "rendering a prompt did not complete");
+                    McpError::Internal
+                })?
+                .map_err(McpError::InvalidParams)?;
         let mut messages = Vec::with_capacity(rendered.len());
         for message in rendered {
             let content: ContentBlock = serde_json::from_value(message.content).map_err(|error| {

@@ -14,7 +14,7 @@ use crate::domain::{ResourceUri, UriTemplate, render};
 use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
 use crate::mcp::types::{ReadResourceRequestParams, ReadResourceResult, ResourceContents};
-use crate::mcp::uri_match::match_uri;
+use crate::mcp::uri_match::{MatchBudget, match_uri_within};
 use crate::registry::cache::{Key, Loaded};
 
 /// The MIME type that marks a directory resource.
@@ -148,17 +148,27 @@ async fn readable_templates(ctx: &Context<'_>) -> Result<Arc<Vec<(UriTemplate, R
 /// Renders the best matching template's `text` for `uri`: most literal characters, ties by name.
 async fn from_template(ctx: &Context<'_>, uri: &str) -> Result<ResourceContents, McpError> {
     let templates = readable_templates(ctx).await?;
+    // One budget for all the matching this read does, however many templates the agent has.
+    let mut budget = MatchBudget::per_request();
     let best = templates
         .iter()
-        .filter_map(|(parsed, row)| match_uri(parsed, uri).map(|variables| (parsed, row, variables)))
+        .filter_map(|(parsed, row)| {
+            match_uri_within(parsed, uri, &mut budget).map(|variables| (parsed, row, variables))
+        })
         .min_by(|(a, a_row, _), (b, b_row, _)| {
             b.literal_len().cmp(&a.literal_len()).then_with(|| a_row.name.cmp(&b_row.name))
         });
     let Some((_, template, variables)) = best else {
         return Err(ctx.not_found(uri));
     };
-    let source = template.text.as_deref().unwrap_or_default();
-    let text = render::render(source, &variables).map_err(|error| {
+    // The variables are pieces of the URI, which is at most `MAX_URI_BYTES` long. Rendering is CPU work up
+    // to the fuel limit: it runs on the blocking pool, with an output budget of its own.
+    let source = template.text.clone().unwrap_or_default();
+    let rendered = tokio::task::spawn_blocking(move || render::render(&source, &variables)).await.map_err(|error| {
+        tracing::error!(template = %template.uri_template, %error, "rendering a template text did not complete");
+        McpError::Internal
+    })?;
+    let text = rendered.map_err(|error| {
         tracing::warn!(template = %template.uri_template, %error, "template text failed to render");
         McpError::Internal
     })?;

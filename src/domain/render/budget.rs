@@ -1,0 +1,122 @@
+//! The output budget: the bytes one request may have rendered, charged by the output writer and by every
+//! filter that builds a new value.
+//!
+//! A render installs the request's [`Budget`] as the current thread's meter for its duration (a render is
+//! synchronous and never nests, so concurrent renders on other threads each see their own); filters charge
+//! it through [`charge`] and [`reserve`], which fail once the budget would be exceeded.
+
+use std::cell::RefCell;
+
+use minijinja::{Error, ErrorKind};
+
+/// The bytes one request may have rendered: its output and every filter result, across all its renders
+/// (all the messages of one prompt share one budget).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    limit: usize,
+    used: usize,
+}
+
+impl Budget {
+    /// A budget of `limit` bytes, none used yet.
+    pub const fn new(limit: usize) -> Self {
+        Self { limit, used: 0 }
+    }
+
+    /// The bytes this budget allows in all.
+    pub const fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// The bytes still available.
+    pub const fn remaining(&self) -> usize {
+        self.limit.saturating_sub(self.used)
+    }
+}
+
+impl Default for Budget {
+    /// [`super::BUDGET_BYTES`]: what one `prompts/get` or one resource-template read may render.
+    fn default() -> Self {
+        Self::new(super::BUDGET_BYTES)
+    }
+}
+
+/// The budget of the render running on this thread, and the first refusal it gave.
+struct Meter {
+    limit: usize,
+    used: usize,
+    exceeded: Option<String>,
+}
+
+thread_local! {
+    static METER: RefCell<Option<Meter>> = const { RefCell::new(None) };
+}
+
+/// The current thread's meter while one render runs; dropping it writes the bytes used back to the budget.
+pub(super) struct Scope<'b> {
+    budget: &'b mut Budget,
+    previous: Option<Meter>,
+}
+
+impl<'b> Scope<'b> {
+    pub(super) fn enter(budget: &'b mut Budget) -> Self {
+        let meter = Meter { limit: budget.limit, used: budget.used, exceeded: None };
+        let previous = METER.with(|cell| cell.borrow_mut().replace(meter));
+        Self { budget, previous }
+    }
+
+    /// The refusal that ended the render, if the budget ran out.
+    pub(super) fn exceeded(&self) -> Option<String> {
+        METER.with(|cell| cell.borrow().as_ref().and_then(|meter| meter.exceeded.clone()))
+    }
+}
+
+impl Drop for Scope<'_> {
+    fn drop(&mut self) {
+        let meter = METER.with(|cell| std::mem::replace(&mut *cell.borrow_mut(), self.previous.take()));
+        if let Some(meter) = meter {
+            self.budget.used = meter.used;
+        }
+    }
+}
+
+/// Charges `bytes` that `what` (e.g. "the filter `join`") is about to produce; fails, naming `what`, when
+/// they exceed what is left of the budget, or when no render is running on this thread.
+pub(super) fn charge(what: &str, bytes: usize) -> Result<(), Error> {
+    METER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let Some(meter) = slot.as_mut() else {
+            return Err(Error::new(ErrorKind::InvalidOperation, "templates are rendered only with an output budget"));
+        };
+        let left = meter.limit.saturating_sub(meter.used);
+        if bytes > left {
+            let message = format!(
+                "{what} would exceed the output budget of {} bytes ({bytes} bytes needed, {left} left)",
+                meter.limit
+            );
+            meter.exceeded.get_or_insert_with(|| message.clone());
+            return Err(Error::new(ErrorKind::InvalidOperation, message));
+        }
+        meter.used += bytes;
+        Ok(())
+    })
+}
+
+/// Charges an upper bound of what a filter will build, before it builds it; [`settle`] then corrects the
+/// charge to the size actually built.
+pub(super) fn reserve(what: &str, bound: usize) -> Result<(), Error> {
+    charge(what, bound)
+}
+
+/// Replaces the reservation `reserved` by the `actual` size built.
+pub(super) fn settle(what: &str, reserved: usize, actual: usize) -> Result<(), Error> {
+    if actual > reserved {
+        return charge(what, actual - reserved);
+    }
+    METER.with(|cell| {
+        if let Some(meter) = cell.borrow_mut().as_mut() {
+            meter.used = meter.used.saturating_sub(reserved - actual);
+        }
+    });
+    Ok(())
+}

@@ -1,0 +1,133 @@
+//! The sandboxed MiniJinja environment that renders prompt messages and resource-template texts.
+//!
+//! Templates come from agents and their arguments from clients, so one render's time and memory are bounded:
+//! - when a template is stored, [`compile_check`] refuses whatever lies outside a small subset of MiniJinja
+//!   (no assignments, macros, includes, repetition operators or method calls; only the filters, tests and
+//!   functions of an allow-list; a limit on variable references per template and per expression; the
+//!   `check` module has the rules). The same rules are checked again before every render;
+//! - every byte of output and every byte a filter builds is charged to one [`Budget`] per request (all the
+//!   messages of a prompt share one); a filter that can build more than its input sizes its result before
+//!   building it and fails when the budget would be exceeded;
+//! - fuel bounds the instructions one render executes, and there is no loader (nothing can be included).
+//!
+//! So every value a render holds is an argument, a constant of the template, an item of one of these, a
+//! filter result (charged), the output (charged), or is built by one expression from at most
+//! [`MAX_EXPRESSION_REFERENCES`] of these; nothing can be assigned, so only the expression being evaluated
+//! and the iterables of the enclosing loops (at most [`MAX_LOOP_DEPTH`]) hold such built values at once.
+//! A render's memory is thus bounded by its arguments, its source, twice its budget, and
+//! `(1 + MAX_LOOP_DEPTH) × MAX_EXPRESSION_REFERENCES` times the largest of those values.
+//!
+//! Undefined values are lenient: a missing optional argument is falsy and renders empty.
+
+mod budget;
+mod check;
+mod filters;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::LazyLock;
+
+use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+
+pub use self::budget::Budget;
+pub use self::check::{MAX_EXPRESSION_REFERENCES, MAX_LOOP_DEPTH, MAX_VARIABLE_REFERENCES};
+pub use self::filters::{FILTERS, FUNCTIONS, MAX_RANGE, TESTS};
+
+/// Instructions one render may execute; enough for any reasonable prompt, not for a runaway loop.
+pub const FUEL: u64 = 100_000;
+/// The default [`Budget`] of one request: the output and filter results of one `prompts/get` (all its
+/// messages together) or of one resource-template read.
+pub const BUDGET_BYTES: usize = 1024 * 1024;
+/// How deeply blocks may nest.
+const RECURSION_LIMIT: usize = 64;
+
+/// One environment for the whole process: it holds no templates (each render compiles its own
+/// source), only configuration, so sharing it is safe.
+static ENVIRONMENT: LazyLock<Environment<'static>> = LazyLock::new(build_environment);
+
+/// An empty environment (no builtin filter, test or global) with only the allowed ones registered.
+fn build_environment() -> Environment<'static> {
+    let mut env = Environment::empty();
+    filters::register(&mut env);
+    env.set_fuel(Some(FUEL));
+    env.set_undefined_behavior(UndefinedBehavior::Lenient);
+    env.set_recursion_limit(RECURSION_LIMIT);
+    // Output is plain text or a URI, never HTML: nothing is escaped.
+    env.set_auto_escape_callback(|_| AutoEscape::None);
+    env.set_keep_trailing_newline(true);
+    env
+}
+
+/// Whether `source` compiles and stays within the allowed subset; the error is MiniJinja's message or the
+/// refused construct, with the line, for a 422.
+pub fn compile_check(source: &str) -> Result<(), String> {
+    // The rules first: compiling folds constant expressions, which a refused operator could make huge.
+    check::check(source)?;
+    ENVIRONMENT.template_from_str(source).map(drop).map_err(|error| describe(&error))
+}
+
+/// Renders `source` alone, with a [`Budget`] of its own ([`BUDGET_BYTES`]).
+pub fn render(source: &str, args: &BTreeMap<String, String>) -> Result<String, String> {
+    render_with_budget(source, args, &mut Budget::default())
+}
+
+/// Renders `source` with `args` as its variables, charging `budget` (which the renders of one request
+/// share). Fails on a refused construct, a syntax error, a runtime error, exhausted fuel, or an exhausted
+/// budget.
+pub fn render_with_budget(
+    source: &str,
+    args: &BTreeMap<String, String>,
+    budget: &mut Budget,
+) -> Result<String, String> {
+    check::check(source)?;
+    let template = ENVIRONMENT.template_from_str(source).map_err(|error| describe(&error))?;
+    let mut output = MeteredWriter { buffer: Vec::new() };
+    let scope = budget::Scope::enter(budget);
+    let rendered = template.render_captured_to(args, &mut output);
+    let exceeded = scope.exceeded();
+    drop(scope);
+    if let Err(error) = rendered {
+        return Err(match exceeded {
+            Some(refusal) => match error.line() {
+                Some(line) => format!("{refusal} (line {line})"),
+                None => refusal,
+            },
+            None => describe(&error),
+        });
+    }
+    // Templates and arguments are UTF-8 and MiniJinja writes whole strings, so this cannot fail; a lossy
+    // conversion keeps it that way without a panic path.
+    Ok(String::from_utf8(output.buffer).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+}
+
+/// The error's kind, detail and line, e.g. `syntax error: unexpected end of input (line 1)`.
+fn describe(error: &minijinja::Error) -> String {
+    let mut text = error.kind().to_string();
+    if let Some(detail) = error.detail() {
+        text.push_str(": ");
+        text.push_str(detail);
+    }
+    if let Some(line) = error.line() {
+        text.push_str(&format!(" (line {line})"));
+    }
+    text
+}
+
+/// Collects output, charging every byte to the budget of the running render.
+struct MeteredWriter {
+    buffer: Vec<u8>,
+}
+
+impl io::Write for MeteredWriter {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        budget::charge("the rendered output", bytes.len()).map_err(io::Error::other)?;
+        self.buffer.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
