@@ -17,6 +17,7 @@ use crate::domain::{KeyDigest, KeyHasher};
 use crate::events::LocalBus;
 use crate::events::postgres::PgBus;
 use crate::events::retention::{Pruner, Retention};
+use crate::guard::{Guard, Reclaimer};
 use crate::http::auth::{KeyCache, OperatorToken};
 use crate::mcp::hub::Hub;
 use crate::mcp::session::Sessions;
@@ -39,6 +40,8 @@ pub struct Application {
     pg_bus: Option<PgBus>,
     /// Prunes old events and expired sessions for as long as the application lives.
     _pruner: Pruner,
+    /// Forgets idle rate-limit state for as long as the application lives.
+    _reclaimer: Reclaimer,
     /// Writes MCP audit records; stopped (flushed) after the server drained.
     audit_task: AuditTask,
 }
@@ -81,6 +84,9 @@ impl Application {
         let pruner =
             Pruner::start(store.clone(), Retention::from_config(&config.events, &config.sessions, &config.audit));
 
+        let guard = Arc::new(Guard::new(&config.rate_limits));
+        let reclaimer = guard.start_reclaiming();
+
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("binding the listen address {}", config.listen))?;
@@ -98,8 +104,9 @@ impl Application {
             hub,
             audit,
             metrics,
+            guard,
         };
-        Ok(Self { listener, address, state, pg_bus, _pruner: pruner, audit_task })
+        Ok(Self { listener, address, state, pg_bus, _pruner: pruner, _reclaimer: reclaimer, audit_task })
     }
 
     pub fn port(&self) -> u16 {

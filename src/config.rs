@@ -36,6 +36,7 @@ pub struct Config {
     pub sessions: SessionsConfig,
     pub streams: StreamsConfig,
     pub audit: AuditConfig,
+    pub rate_limits: RateLimitsConfig,
     pub log: LogConfig,
 }
 
@@ -54,6 +55,7 @@ impl Default for Config {
             sessions: SessionsConfig::default(),
             audit: AuditConfig::default(),
             streams: StreamsConfig::default(),
+            rate_limits: RateLimitsConfig::default(),
             log: LogConfig::default(),
         }
     }
@@ -254,6 +256,82 @@ impl Default for StreamsConfig {
     }
 }
 
+/// Rate limits ([`crate::guard`]), kept by each replica on its own. A rate of 0 requests per second is
+/// unlimited; otherwise its burst must be at least 1.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateLimitsConfig {
+    /// Requests per second all keys of an agent get together when the agent sets no `rateLimit`.
+    pub agent_requests_per_second: u32,
+    /// Requests at once those keys may send together (the bucket's size).
+    pub agent_burst: u32,
+    /// Requests per second each key gets on its own, within its agent's limit.
+    pub key_requests_per_second: u32,
+    /// Requests at once one key may send.
+    pub key_burst: u32,
+    /// Requests per second on the admin API for each credential (the operator token, each registry key).
+    pub admin_requests_per_second: u32,
+    /// Admin requests at once per credential.
+    pub admin_burst: u32,
+    /// Failed authentications (401) one client address may have within `failed_auth_window_secs` before its
+    /// requests are refused (429) until the window ends; 0 turns this off.
+    pub failed_auth_attempts: u32,
+    /// The window of `failed_auth_attempts`, from the client's first failure.
+    pub failed_auth_window_secs: u64,
+    /// Proxies (CIDR networks) whose `X-Forwarded-For` is believed: behind one, the client is the rightmost
+    /// entry that is not a trusted proxy.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+}
+
+impl Default for RateLimitsConfig {
+    fn default() -> Self {
+        Self {
+            agent_requests_per_second: 200,
+            agent_burst: 400,
+            key_requests_per_second: 100,
+            key_burst: 200,
+            admin_requests_per_second: 100,
+            admin_burst: 200,
+            failed_auth_attempts: 20,
+            failed_auth_window_secs: 60,
+            trusted_proxies: Vec::new(),
+        }
+    }
+}
+
+/// The longest `rate_limits.failed_auth_window_secs`: a day.
+const MAX_FAILED_AUTH_WINDOW_SECS: u64 = 24 * 60 * 60;
+
+impl RateLimitsConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let rates = [
+            ("rate_limits.agent_burst", self.agent_requests_per_second, self.agent_burst),
+            ("rate_limits.key_burst", self.key_requests_per_second, self.key_burst),
+            ("rate_limits.admin_burst", self.admin_requests_per_second, self.admin_burst),
+        ];
+        for (key, per_second, burst) in rates {
+            if per_second > 0 && burst == 0 {
+                return Err(ConfigError::Invalid {
+                    key,
+                    message: "must be at least 1 when its requests_per_second is set (0 requests per second is \
+                              unlimited)"
+                        .to_owned(),
+                });
+            }
+        }
+        if self.failed_auth_attempts > 0 && !(1..=MAX_FAILED_AUTH_WINDOW_SECS).contains(&self.failed_auth_window_secs) {
+            return Err(ConfigError::Invalid {
+                key: "rate_limits.failed_auth_window_secs",
+                message: format!(
+                    "must be between 1 and {MAX_FAILED_AUTH_WINDOW_SECS} when failed_auth_attempts is set (0 \
+                     attempts turns the check off)"
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
@@ -422,6 +500,7 @@ impl Config {
                 return Err(ConfigError::Invalid { key, message: format!("must be at most {max}") });
             }
         }
+        self.rate_limits.validate()?;
         if self.log.level.trim().is_empty() {
             return Err(ConfigError::Invalid { key: "log.level", message: "must not be empty".to_owned() });
         }
@@ -474,6 +553,37 @@ mod tests {
         config.audit.agent_retention_days.insert("bot".to_owned(), 0);
         assert_eq!(config.audit.retention_of("bot"), None, "0 keeps that agent's records forever");
         assert_eq!(config.audit.retention_of("other"), Some(std::time::Duration::from_secs(90 * 86_400)));
+    }
+
+    #[test]
+    fn rate_limits_are_checked() {
+        let mut config = Config::default();
+        config.rate_limits.key_burst = 0;
+        let error = config.validate().expect_err("a rate without a burst is refused");
+        assert!(error.to_string().contains("rate_limits.key_burst"), "{error}");
+        config.rate_limits.key_requests_per_second = 0;
+        config.validate().expect("0 requests per second is unlimited, whatever the burst");
+        config.rate_limits.failed_auth_window_secs = 0;
+        let error = config.validate().expect_err("attempts without a window are refused");
+        assert!(error.to_string().contains("rate_limits.failed_auth_window_secs"), "{error}");
+        config.rate_limits.failed_auth_attempts = 0;
+        config.validate().expect("0 attempts turns the check off");
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)]
+    fn rate_limits_come_from_the_environment() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("HIVEGATE_RATE_LIMITS__KEY_REQUESTS_PER_SECOND", "7");
+            jail.set_env("HIVEGATE_RATE_LIMITS__TRUSTED_PROXIES", r#"["10.0.0.0/8", "::1/128"]"#);
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(config.rate_limits.key_requests_per_second, 7);
+            assert_eq!(config.rate_limits.trusted_proxies.len(), 2);
+            jail.set_env("HIVEGATE_RATE_LIMITS__TRUSTED_PROXIES", r#"["not a network"]"#);
+            let error = Config::load(None).expect_err("a malformed network is refused");
+            assert!(error.to_string().to_lowercase().contains("trusted_proxies"), "{error}");
+            Ok(())
+        });
     }
 
     #[test]

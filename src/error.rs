@@ -44,6 +44,9 @@ pub enum ApiError {
     /// 422: well-formed JSON with an invalid value, an unknown or a missing field.
     #[error("{0}")]
     Unprocessable(String),
+    /// 429: the credential's rate limit, or the client's failed authentications, are used up for now.
+    #[error("too many requests; retry after {retry_after:?}")]
+    TooManyRequests { retry_after: std::time::Duration },
     /// 503: the database is unreachable or overloaded; the client should retry.
     #[error("database unavailable: {0}")]
     Unavailable(String),
@@ -76,6 +79,7 @@ impl ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -90,6 +94,11 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
+        // `Retry-After` in whole seconds, rounded up: never earlier than the limit allows.
+        let retry_after = match &self {
+            ApiError::TooManyRequests { retry_after } => Some(retry_after.as_nanos().div_ceil(1_000_000_000).max(1)),
+            _ => None,
+        };
         let detail = match self {
             ApiError::Internal(cause) => {
                 tracing::error!(%cause, "admin request failed");
@@ -100,6 +109,9 @@ impl IntoResponse for ApiError {
                 "the database is unavailable; retry shortly".to_owned()
             }
             ApiError::MethodNotAllowed => "this path does not serve this method; see the Allow header".to_owned(),
+            ApiError::TooManyRequests { .. } => {
+                "too many requests; retry after the time the Retry-After header gives".to_owned()
+            }
             ApiError::BadRequest(detail)
             | ApiError::Unauthorized(detail)
             | ApiError::Forbidden(detail)
@@ -123,6 +135,10 @@ impl IntoResponse for ApiError {
             }
             StatusCode::SERVICE_UNAVAILABLE => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            StatusCode::TOO_MANY_REQUESTS => {
+                let seconds = u64::try_from(retry_after.unwrap_or(1)).unwrap_or(u64::MAX);
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
             }
             _ => {}
         }
@@ -185,6 +201,15 @@ mod tests {
         let response = ApiError::from(StoreError::Unavailable(sqlx::Error::PoolTimedOut)).into_response();
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+    }
+
+    #[tokio::test]
+    async fn too_many_requests_says_when_to_retry() {
+        let retry_after = std::time::Duration::from_millis(1200);
+        let response = ApiError::TooManyRequests { retry_after }.into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "2", "seconds, rounded up");
+        assert_eq!(body_of(response).await["status"], 429);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! - [`http`]: the router, its layer stack, authentication and health endpoints.
 //! - [`admin`]: the REST admin API under `/admin/v1` and its OpenAPI document.
 //! - [`mcp`]: the MCP endpoint `/{agent_id}/mcp`, both protocol eras; its module doc follows one request.
+//! - [`guard`]: rate limits per key, agent and admin credential; failed authentications per client address.
 //! - [`registry`]: what the registry looks like from outside: pagination cursors, per-agent caches.
 //! - [`domain`]: identifiers, keys and records that are valid once they exist.
 //! - [`store`]: the [`store::Store`] trait and its SQLite and PostgreSQL implementations.
@@ -48,6 +49,8 @@ pub mod domain;
 pub mod error;
 /// The event bus.
 pub mod events;
+/// Rate limits and the client address.
+pub mod guard;
 /// Router, layers, authentication, health.
 pub mod http;
 /// The MCP endpoint: both protocol eras on `/{agent_id}/mcp`.

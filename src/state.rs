@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::domain::KeyHasher;
 use crate::events::LocalBus;
+use crate::guard::Guard;
 use crate::http::auth::{KeyCache, OperatorToken};
 use crate::mcp::hub::Hub;
 use crate::mcp::session::Sessions;
@@ -38,4 +39,6 @@ pub struct AppState {
     pub audit: AuditWriter,
     /// What `GET /metrics` exports.
     pub metrics: Arc<Metrics>,
+    /// This replica's rate limiters.
+    pub guard: Arc<Guard>,
 }

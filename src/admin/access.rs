@@ -1,5 +1,6 @@
 //! Who is calling and what they may touch. Checked in the contract's order before any body is read:
-//! credentials (401) → permission (403) → the agent exists (404).
+//! credentials (401) → the credential's rate limit (429, [`crate::guard`]) → permission (403) → the agent
+//! exists (404).
 //!
 //! The operator token (`Authorization: Bearer`) may do everything. An agent key (`X-Agent-API-Key`)
 //! with scope `registry` may manage its own agent's resources, templates and prompts, and nothing else.
@@ -49,7 +50,14 @@ impl Caller {
                 "credentials required: Authorization: Bearer <operator token>, or X-Agent-API-Key".to_owned(),
             ));
         };
-        tracing::Span::current().record("caller", caller.name().as_str());
+        let name = caller.name();
+        tracing::Span::current().record("caller", name.as_str());
+        // One token per request from this credential's bucket; the guard's middleware shows the fields.
+        state
+            .guard
+            .admin(&name)
+            .settle(&parts.extensions, &state.metrics)
+            .map_err(|retry_after| ApiError::TooManyRequests { retry_after })?;
         Ok(caller)
     }
 

@@ -32,14 +32,18 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .nest(
             "/admin/v1",
-            crate::admin::router().layer(axum::middleware::from_fn_with_state(state.clone(), settle_after_write)),
+            crate::admin::router()
+                .layer(axum::middleware::from_fn_with_state(state.clone(), settle_after_write))
+                // Outermost: a client with too many failed authentications is refused before anything.
+                .layer(axum::middleware::from_fn_with_state(state.clone(), crate::guard::admin_gate)),
         )
         .route(
             "/{agent_id}/mcp",
             post(crate::mcp::transport::post)
                 .get(crate::mcp::standalone::get)
                 .delete(crate::mcp::standalone::delete)
-                .layer(axum::middleware::from_fn_with_state(state.clone(), crate::mcp::audit::record)),
+                .layer(axum::middleware::from_fn_with_state(state.clone(), crate::mcp::audit::record))
+                .layer(axum::middleware::from_fn_with_state(state.clone(), crate::guard::mcp_gate)),
         )
         .route("/metrics", get(crate::metrics::handler))
         .fallback(not_found)

@@ -135,7 +135,11 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
     let started = Instant::now();
     let occurred_at = Timestamp::now();
     let headers = request.headers();
-    let client_ip = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|info| info.0.ip().to_string());
+    // The client as the contract defines it: the socket peer, or what trusted proxies forwarded.
+    let client_ip = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(peer)| state.guard.client_ip(peer.ip(), headers).to_string());
     let user_agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).map(cut);
     let request_id = headers.get(REQUEST_ID).and_then(|v| v.to_str().ok()).map(cut);
     let trace_id = trace_id(headers);

@@ -41,7 +41,7 @@ pub async fn get(
     request: Request,
 ) -> Response {
     let (parts, _) = request.into_parts();
-    let admitted = match admit(&state, path, &parts.headers, &parts.uri).await {
+    let admitted = match admit(&state, path, &parts).await {
         Ok(admitted) => admitted,
         Err(error) => return error.into_http(None),
     };
@@ -143,7 +143,7 @@ pub async fn delete(
     request: Request,
 ) -> Response {
     let (parts, _) = request.into_parts();
-    let admitted = match admit(&state, path, &parts.headers, &parts.uri).await {
+    let admitted = match admit(&state, path, &parts).await {
         Ok(admitted) => admitted,
         Err(error) => return error.into_http(None),
     };

@@ -1,7 +1,8 @@
 //! The axum handlers of `/{agent_id}/mcp` (Streamable HTTP), with the checks in the contract's order:
 //! `Host`/`Origin` (403) → key present and valid (401) → agent exists (404) → key of that agent with scope
-//! `mcp` (403) → rate limit (429, hook) → body size (413) → JSON (400/-32700) → JSON-RPC shape (400/-32600)
-//! → era checks ([`super::era`]) → session (legacy, [`super::session`]) → method ([`super::dispatch`]).
+//! `mcp` (403) → rate limit (429, [`crate::guard`]) → body size (413) → JSON (400/-32700) → JSON-RPC shape
+//! (400/-32600) → era checks ([`super::era`]) → session (legacy, [`super::session`]) → method
+//! ([`super::dispatch`]).
 //!
 //! A legacy `initialize` that succeeds issues a session (`Mcp-Session-Id`); a modern
 //! `subscriptions/listen` is answered with a stream ([`super::listen`]). `GET` and `DELETE` are in
@@ -15,7 +16,8 @@ use std::sync::Arc;
 use axum::body::Body as HttpBody;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::Value;
@@ -53,7 +55,7 @@ pub async fn post(
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let admitted = match admit(&state, path, &parts.headers, &parts.uri).await {
+    let admitted = match admit(&state, path, &parts).await {
         Ok(admitted) => admitted,
         Err(error) => return error.into_http(None),
     };
@@ -87,10 +89,10 @@ pub async fn post(
 pub(super) async fn admit(
     state: &AppState,
     path: Result<Path<String>, PathRejection>,
-    headers: &HeaderMap,
-    uri: &Uri,
+    parts: &Parts,
 ) -> Result<Admitted, McpError> {
-    origin::check(headers, uri, &state.config.mcp)?;
+    let headers = &parts.headers;
+    origin::check(headers, &parts.uri, &state.config.mcp)?;
     let key = state.keys.authenticate(KeyCache::presented(headers)).await.map_err(|error| match error {
         KeyError::Unauthenticated => McpError::Unauthenticated,
         KeyError::Store(error) => {
@@ -113,14 +115,19 @@ pub(super) async fn admit(
     if !key.has_scope(Scope::Mcp) {
         return Err(McpError::Forbidden("the key does not have scope mcp"));
     }
-    rate_limit(state, &key, &agent)?;
+    rate_limit(state, parts, &key, &agent)?;
     Ok(Admitted { agent, key })
 }
 
-/// Hook for the rate-limit issue: the agent's `rateLimit` for all its keys together plus a per-key limit,
-/// one token per HTTP request; refusal is `McpError::RateLimited` (429 + `Retry-After`, -31429).
-fn rate_limit(_state: &AppState, _key: &KeyRecord, _agent: &Agent) -> Result<(), McpError> {
-    Ok(())
+/// One token per HTTP request from the key's bucket and from the agent's, which all its keys share
+/// ([`crate::guard`]); refusal is `McpError::RateLimited` (429 + `Retry-After`, -31429). Allowed or not, the
+/// `RateLimit*` fields are left for the guard's middleware to put on the answer.
+fn rate_limit(state: &AppState, parts: &Parts, key: &KeyRecord, agent: &Agent) -> Result<(), McpError> {
+    state
+        .guard
+        .mcp(key, agent)
+        .settle(&parts.extensions, &state.metrics)
+        .map_err(|wait| McpError::RateLimited { retry_after_ms: crate::guard::millis_up(wait) })
 }
 
 /// Reads the body, refusing it with 413 as soon as it is known to exceed `limit`.

@@ -219,6 +219,15 @@ async fn start_app(db: Arc<TestDatabase>, configure: impl FnOnce(&mut hivegate::
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.database_url = hivegate::config::DatabaseUrl::new(db.url());
     config.admin_token = Some(secrecy::SecretString::from(OPERATOR_TOKEN));
+    // Stories send hundreds of requests a second from one key and many 401s from one address: limits far
+    // above that (still applied, so every answer goes through the limiters). `rate_limits.rs` sets its own.
+    config.rate_limits.agent_requests_per_second = 1_000_000;
+    config.rate_limits.agent_burst = 1_000_000;
+    config.rate_limits.key_requests_per_second = 1_000_000;
+    config.rate_limits.key_burst = 1_000_000;
+    config.rate_limits.admin_requests_per_second = 1_000_000;
+    config.rate_limits.admin_burst = 1_000_000;
+    config.rate_limits.failed_auth_attempts = 1_000_000;
     configure(&mut config);
     let app = hivegate::app::Application::build(config).await.expect("the application builds");
     let port = app.port();

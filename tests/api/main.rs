@@ -70,6 +70,8 @@ mod process;
 mod prompts;
 /// Per-agent and gateway-wide quotas.
 mod quotas;
+/// Rate limits per key, agent and admin credential; failed authentications per client address.
+mod rate_limits;
 /// Several replicas on one PostgreSQL database, and a broken LISTEN connection.
 mod replicas;
 /// Resources: text and blob content, validation, round trips.

@@ -1,0 +1,129 @@
+//! The IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers-11), in their structured-field
+//! syntax: `RateLimit-Policy` lists the quota policies that apply to a request, `RateLimit` the service
+//! limit of the tightest one after it. A third field, `Hivegate-RateLimit-Scope: replica`, says that each
+//! replica counts on its own.
+//!
+//! A token bucket of `per_second` requests a second and `burst` at most is advertised as the policy
+//! `q=<burst>;w=<burst/per_second, rounded up>`: the quota is the burst, the window the time the bucket
+//! takes to fill up. The service limit's `r` is the requests the bucket lets through now and `t` the
+//! seconds until it is full again; on a refusal, `r=0` and `t` is the wait `Retry-After` also gives.
+
+use std::time::Duration;
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+
+use super::limiter::Limit;
+
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// Says how far the advertised limits reach: `replica`, as every replica keeps its own buckets.
+pub const RATELIMIT_SCOPE: HeaderName = HeaderName::from_static("hivegate-ratelimit-scope");
+
+/// Whole seconds, rounded up (`delay-seconds` has no fractions; rounding down would promise too much).
+pub fn seconds_up(duration: Duration) -> u64 {
+    duration.as_nanos().div_ceil(1_000_000_000).try_into().unwrap_or(u64::MAX)
+}
+
+/// One quota policy: `"<name>";q=<quota>;w=<window>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    pub name: &'static str,
+    pub quota: u32,
+    /// Seconds, at least 1.
+    pub window: u64,
+}
+
+impl Policy {
+    /// The policy of a token bucket: its burst over the time it takes to fill.
+    pub fn of_limit(name: &'static str, limit: Limit) -> Self {
+        Self { name, quota: limit.burst(), window: seconds_up(limit.refill()).max(1) }
+    }
+
+    /// A plain count over a window.
+    pub fn counting(name: &'static str, quota: u32, window: Duration) -> Self {
+        Self { name, quota, window: seconds_up(window).max(1) }
+    }
+}
+
+/// A policy's service limit after a request: `"<name>";r=<remaining>;t=<seconds>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Remaining {
+    pub name: &'static str,
+    pub remaining: u32,
+    pub reset: Duration,
+}
+
+/// The field values for one answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimitHeaders {
+    pub policy: HeaderValue,
+    pub current: HeaderValue,
+}
+
+impl RateLimitHeaders {
+    /// The fields for `policies` (none: no fields) and the tightest `current` limit.
+    pub fn new(policies: &[Policy], current: &Remaining) -> Option<Self> {
+        if policies.is_empty() {
+            return None;
+        }
+        let policy = policies
+            .iter()
+            .map(|p| format!("\"{}\";q={};w={}", p.name, p.quota, p.window))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let current = format!("\"{}\";r={};t={}", current.name, current.remaining, seconds_up(current.reset));
+        // Names are our own constants and the rest digits: always a valid header value.
+        Some(Self { policy: HeaderValue::from_str(&policy).ok()?, current: HeaderValue::from_str(&current).ok()? })
+    }
+
+    /// Sets the fields on an answer.
+    pub fn apply(&self, headers: &mut HeaderMap) {
+        headers.insert(RATELIMIT_POLICY, self.policy.clone());
+        headers.insert(RATELIMIT, self.current.clone());
+        headers.insert(RATELIMIT_SCOPE, HeaderValue::from_static("replica"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(per_second: u32, burst: u32) -> Limit {
+        Limit::new(per_second, burst).expect("a limited rate")
+    }
+
+    #[test]
+    fn policies_are_a_structured_field_list() {
+        let policies = [Policy::of_limit("agent", limit(100, 200)), Policy::of_limit("key", limit(20, 20))];
+        let current = Remaining { name: "key", remaining: 7, reset: Duration::from_millis(650) };
+        let headers = RateLimitHeaders::new(&policies, &current).expect("fields");
+        assert_eq!(headers.policy, r#""agent";q=200;w=2, "key";q=20;w=1"#);
+        assert_eq!(headers.current, r#""key";r=7;t=1"#);
+    }
+
+    #[test]
+    fn windows_round_up_and_are_at_least_one_second() {
+        assert_eq!(Policy::of_limit("a", limit(3, 5)).window, 2, "5 / 3 s rounds up");
+        assert_eq!(Policy::of_limit("a", limit(50, 1)).window, 1, "a 20 ms window is advertised as 1 s");
+        assert_eq!(Policy::counting("auth-failures", 20, Duration::from_secs(60)).window, 60);
+        assert_eq!(seconds_up(Duration::ZERO), 0);
+        assert_eq!(seconds_up(Duration::from_millis(1001)), 2);
+    }
+
+    #[test]
+    fn apply_sets_the_three_fields() {
+        let policies = [Policy::of_limit("admin", limit(10, 10))];
+        let current = Remaining { name: "admin", remaining: 0, reset: Duration::from_millis(100) };
+        let mut headers = HeaderMap::new();
+        RateLimitHeaders::new(&policies, &current).expect("fields").apply(&mut headers);
+        assert_eq!(headers[RATELIMIT_POLICY], r#""admin";q=10;w=1"#);
+        assert_eq!(headers[RATELIMIT], r#""admin";r=0;t=1"#);
+        assert_eq!(headers[RATELIMIT_SCOPE], "replica");
+    }
+
+    #[test]
+    fn no_policy_no_fields() {
+        let current = Remaining { name: "key", remaining: 0, reset: Duration::ZERO };
+        assert_eq!(RateLimitHeaders::new(&[], &current), None);
+    }
+}

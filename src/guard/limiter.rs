@@ -1,0 +1,179 @@
+//! Token buckets (GCRA, from `governor`) by name, each with the limit it was built for.
+
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+use governor::clock::Clock;
+use governor::middleware::StateInformationMiddleware;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+
+/// A rate: `per_second` requests a second on average, at most `burst` at once. Both are at least 1; an
+/// unlimited rate is no `Limit` at all (`Option<Limit>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    per_second: NonZeroU32,
+    burst: NonZeroU32,
+}
+
+impl Limit {
+    /// `None` when `per_second` is 0 (unlimited); a burst of 0 with a rate is taken as 1 (configuration and
+    /// the admin API refuse it before it gets here).
+    pub fn new(per_second: u32, burst: u32) -> Option<Self> {
+        let per_second = NonZeroU32::new(per_second)?;
+        Some(Self { per_second, burst: NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN) })
+    }
+
+    pub fn per_second(&self) -> u32 {
+        self.per_second.get()
+    }
+
+    pub fn burst(&self) -> u32 {
+        self.burst.get()
+    }
+
+    /// How long an empty bucket takes to fill up: `burst / per_second`.
+    pub fn refill(&self) -> Duration {
+        Duration::from_secs_f64(f64::from(self.burst()) / f64::from(self.per_second()))
+    }
+
+    fn quota(&self) -> Quota {
+        Quota::per_second(self.per_second).allow_burst(self.burst)
+    }
+}
+
+/// The answer of a bucket to one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Let through; `remaining` more requests would be let through now, and the bucket is full again after
+    /// at most `full_in`.
+    Allowed { remaining: u32, full_in: Duration },
+    /// Refused; the next request is let through after `retry_after`.
+    Refused { retry_after: Duration },
+}
+
+type Limiter = DefaultDirectRateLimiter<StateInformationMiddleware>;
+
+struct Bucket {
+    limit: Limit,
+    limiter: Limiter,
+    last_used: Instant,
+}
+
+impl Bucket {
+    fn new(limit: Limit) -> Self {
+        let limiter = RateLimiter::direct(limit.quota()).with_middleware::<StateInformationMiddleware>();
+        Self { limit, limiter, last_used: Instant::now() }
+    }
+
+    fn take(&mut self) -> Outcome {
+        self.last_used = Instant::now();
+        match self.limiter.check() {
+            Ok(state) => {
+                let remaining = state.remaining_burst_capacity();
+                // One token comes back every 1/per_second: the used ones are back after at most this.
+                let used = self.limit.burst().saturating_sub(remaining);
+                let full_in = Duration::from_secs_f64(f64::from(used) / f64::from(self.limit.per_second()));
+                Outcome::Allowed { remaining, full_in }
+            }
+            Err(not_until) => Outcome::Refused { retry_after: not_until.wait_time_from(self.limiter.clock().now()) },
+        }
+    }
+}
+
+/// Token buckets by name (a key id, an agent id, an admin credential). A bucket remembers the limit it was
+/// built with: when the limit asked for differs (an agent's `rateLimit` was changed), the bucket is rebuilt,
+/// full, so the new limit applies from that request on.
+///
+/// Buckets live in this replica's memory; [`Buckets::reclaim`] drops the ones idle long enough to have
+/// filled up again (a new bucket is full: forgetting them changes nothing).
+#[derive(Default)]
+pub struct Buckets {
+    entries: DashMap<String, Bucket>,
+}
+
+impl Buckets {
+    /// Takes one token from `name`'s bucket, built for `limit` if it does not exist or has another limit.
+    pub fn take(&self, name: &str, limit: Limit) -> Outcome {
+        if let Some(mut bucket) = self.entries.get_mut(name) {
+            if bucket.limit != limit {
+                *bucket = Bucket::new(limit);
+            }
+            return bucket.take();
+        }
+        self.entries.entry(name.to_owned()).or_insert_with(|| Bucket::new(limit)).take()
+    }
+
+    /// Drops every bucket unused for longer than it takes to fill up; returns how many are left.
+    pub fn reclaim(&self) -> usize {
+        self.entries.retain(|_, bucket| bucket.last_used.elapsed() <= bucket.limit.refill());
+        self.entries.shrink_to_fit();
+        self.entries.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(per_second: u32, burst: u32) -> Limit {
+        Limit::new(per_second, burst).expect("a limited rate")
+    }
+
+    #[test]
+    fn zero_rate_is_unlimited() {
+        assert_eq!(Limit::new(0, 10), None);
+        assert_eq!(limit(5, 0).burst(), 1);
+    }
+
+    #[test]
+    fn a_bucket_lets_its_burst_through_then_refuses() {
+        let buckets = Buckets::default();
+        let limit = limit(1, 3);
+        let remaining: Vec<_> = (0..3)
+            .map(|_| match buckets.take("k", limit) {
+                Outcome::Allowed { remaining, .. } => remaining,
+                refused => panic!("refused within the burst: {refused:?}"),
+            })
+            .collect();
+        assert_eq!(remaining, [2, 1, 0]);
+        match buckets.take("k", limit) {
+            Outcome::Refused { retry_after } => {
+                assert!(retry_after > Duration::ZERO && retry_after <= Duration::from_secs(1), "{retry_after:?}")
+            }
+            allowed => panic!("allowed beyond the burst: {allowed:?}"),
+        }
+        assert!(matches!(buckets.take("other", limit), Outcome::Allowed { remaining: 2, .. }), "buckets are per name");
+    }
+
+    #[test]
+    fn a_changed_limit_rebuilds_the_bucket() {
+        let buckets = Buckets::default();
+        assert!(matches!(buckets.take("agent", limit(1, 1)), Outcome::Allowed { remaining: 0, .. }));
+        assert!(matches!(buckets.take("agent", limit(1, 1)), Outcome::Refused { .. }));
+        assert!(matches!(buckets.take("agent", limit(1, 5)), Outcome::Allowed { remaining: 4, .. }));
+    }
+
+    #[test]
+    fn full_in_counts_the_used_tokens() {
+        let buckets = Buckets::default();
+        let Outcome::Allowed { full_in, .. } = buckets.take("k", limit(2, 10)) else { panic!("refused") };
+        assert_eq!(full_in, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn reclaim_keeps_buckets_that_are_not_full_yet() {
+        let buckets = Buckets::default();
+        buckets.take("slow", limit(1, 1000));
+        assert_eq!(buckets.reclaim(), 1, "a bucket that takes 1000 s to fill is kept");
+        assert_eq!(buckets.len(), 1);
+    }
+}

@@ -1,0 +1,342 @@
+//! Rate limits: requests per key, per agent and per admin credential, and failed authentications per client
+//! address. Every limit is kept in this replica's memory: with `n` replicas behind a load balancer a client
+//! can get up to `n` times a limit, and the answers say so (`Hivegate-RateLimit-Scope: replica`).
+//!
+//! - MCP (`/{agent_id}/mcp`, every method): after the key and the agent are known (the contract's order of
+//!   checks), one token per HTTP request from the key's bucket (`rate_limits.key_*`) and then from the
+//!   agent's, shared by all its keys (the agent's `rateLimit`, else `rate_limits.agent_*`). A refusal is
+//!   `McpError::RateLimited` (429, `Retry-After`, -31429 with `data.retryAfterMs`).
+//! - Admin API: one bucket per credential (the operator token, each registry key), `rate_limits.admin_*`,
+//!   checked once the credential is accepted; a refusal is 429 problem+json with `Retry-After`.
+//! - Failed authentication: the [`gate`] middlewares around both count 401 answers per client address
+//!   ([`client_ip`], [`failed_auth`]) and refuse a client that used up its attempts before anything else.
+//!
+//! The checks run inside the handlers, but the answer is finished by the middleware: the handler's check
+//! leaves the header values in a [`RateLimitSlot`] (a request extension the middleware put there), and the
+//! middleware copies them onto whatever response comes back ([`headers`]).
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{Extensions, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use ipnet::IpNet;
+use tokio::task::JoinHandle;
+
+use crate::config::RateLimitsConfig;
+use crate::domain::model::{Agent, KeyRecord};
+use crate::error::ApiError;
+use crate::mcp::error::McpError;
+use crate::metrics::{Metrics, ScopeLabels};
+use crate::state::AppState;
+
+/// The client address behind trusted proxies.
+pub mod client_ip;
+/// Failed authentications per client address.
+pub mod failed_auth;
+/// `RateLimit-Policy` and `RateLimit`.
+pub mod headers;
+/// Token buckets by name.
+pub mod limiter;
+
+use failed_auth::FailedAuth;
+use headers::{Policy, RateLimitHeaders, Remaining};
+use limiter::{Buckets, Limit, Outcome};
+
+/// How often idle buckets and ended failure windows are forgotten.
+const RECLAIM_EVERY: Duration = Duration::from_secs(60);
+
+/// Policy names, as the `RateLimit` fields show them.
+const KEY: &str = "key";
+const AGENT: &str = "agent";
+const ADMIN: &str = "admin";
+const AUTH_FAILURES: &str = "auth-failures";
+
+/// Every limiter of this replica.
+pub struct Guard {
+    key_limit: Option<Limit>,
+    agent_default: Option<Limit>,
+    admin_limit: Option<Limit>,
+    keys: Buckets,
+    agents: Buckets,
+    admins: Buckets,
+    failures: FailedAuth,
+    trusted_proxies: Vec<IpNet>,
+}
+
+impl Guard {
+    pub fn new(config: &RateLimitsConfig) -> Self {
+        Self {
+            key_limit: Limit::new(config.key_requests_per_second, config.key_burst),
+            agent_default: Limit::new(config.agent_requests_per_second, config.agent_burst),
+            admin_limit: Limit::new(config.admin_requests_per_second, config.admin_burst),
+            keys: Buckets::default(),
+            agents: Buckets::default(),
+            admins: Buckets::default(),
+            failures: FailedAuth::new(config.failed_auth_attempts, Duration::from_secs(config.failed_auth_window_secs)),
+            trusted_proxies: config.trusted_proxies.clone(),
+        }
+    }
+
+    /// One MCP request of `key` to `agent`: a token from the key's bucket, then from the agent's.
+    pub fn mcp(&self, key: &KeyRecord, agent: &Agent) -> Verdict {
+        let agent_limit = match &agent.rate_limit {
+            Some(limit) => Limit::new(limit.requests_per_second, limit.burst),
+            None => self.agent_default,
+        };
+        Verdict::of(&[
+            Check { policy: KEY, buckets: &self.keys, bucket: &key.id, limit: self.key_limit },
+            Check { policy: AGENT, buckets: &self.agents, bucket: agent.id.as_str(), limit: agent_limit },
+        ])
+    }
+
+    /// One admin request of `credential` (`operator` or `key:<id>`).
+    pub fn admin(&self, credential: &str) -> Verdict {
+        Verdict::of(&[Check { policy: ADMIN, buckets: &self.admins, bucket: credential, limit: self.admin_limit }])
+    }
+
+    /// The client address of a request from `peer` (see [`client_ip::client_ip`]).
+    pub fn client_ip(&self, peer: IpAddr, headers: &axum::http::HeaderMap) -> IpAddr {
+        client_ip::client_ip(peer, headers, &self.trusted_proxies)
+    }
+
+    pub fn failures(&self) -> &FailedAuth {
+        &self.failures
+    }
+
+    /// Forgets idle buckets and ended failure windows.
+    pub fn reclaim(&self) {
+        let left = [self.keys.reclaim(), self.agents.reclaim(), self.admins.reclaim(), self.failures.reclaim()];
+        tracing::debug!(
+            keys = left[0],
+            agents = left[1],
+            admin = left[2],
+            clients = left[3],
+            "rate limiters reclaimed"
+        );
+    }
+
+    /// Starts forgetting idle state every minute, for as long as the returned task lives.
+    pub fn start_reclaiming(self: &Arc<Self>) -> Reclaimer {
+        let guard = Arc::downgrade(self);
+        Reclaimer {
+            task: tokio::spawn(async move {
+                let mut ticker = tokio::time::interval(RECLAIM_EVERY);
+                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                ticker.tick().await;
+                loop {
+                    ticker.tick().await;
+                    let Some(guard) = guard.upgrade() else { return };
+                    guard.reclaim();
+                }
+            }),
+        }
+    }
+
+    /// The fields of an answer refused for failed authentications.
+    fn failures_headers(&self, wait: Duration) -> Option<RateLimitHeaders> {
+        let policy = Policy::counting(AUTH_FAILURES, self.failures.attempts(), self.failures.window());
+        RateLimitHeaders::new(&[policy], &Remaining { name: AUTH_FAILURES, remaining: 0, reset: wait })
+    }
+}
+
+/// The reclaiming task; dropping it (with the application) stops it.
+pub struct Reclaimer {
+    task: JoinHandle<()>,
+}
+
+impl Drop for Reclaimer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// One bucket to take a token from: `bucket` in `buckets`, under the policy named `policy`; no limit, no
+/// bucket.
+struct Check<'a> {
+    policy: &'static str,
+    buckets: &'a Buckets,
+    bucket: &'a str,
+    limit: Option<Limit>,
+}
+
+/// What the limits said about one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// The time until the refusing bucket lets a request through; `None` when the request may go on.
+    pub retry_after: Option<Duration>,
+    /// The `RateLimit*` fields; `None` when no limit applies.
+    pub headers: Option<RateLimitHeaders>,
+    /// The policy that refused (`key`, `agent`, `admin`), for the refusal metric.
+    pub refused_by: Option<&'static str>,
+}
+
+impl Verdict {
+    /// Takes a token from each limited bucket in turn, stopping at the first refusal (the buckets after it
+    /// keep their tokens). The tightest service limit is the refusing one, else the one with the fewest
+    /// requests left.
+    fn of(checks: &[Check<'_>]) -> Self {
+        let mut policies = Vec::with_capacity(checks.len());
+        let mut tightest: Option<Remaining> = None;
+        let mut retry_after = None;
+        let mut refused_by = None;
+        for &Check { policy: name, buckets, bucket, limit } in checks {
+            let Some(limit) = limit else { continue };
+            policies.push(Policy::of_limit(name, limit));
+            if retry_after.is_some() {
+                continue;
+            }
+            let remaining = match buckets.take(bucket, limit) {
+                Outcome::Allowed { remaining, full_in } => Remaining { name, remaining, reset: full_in },
+                Outcome::Refused { retry_after: wait } => {
+                    retry_after = Some(wait);
+                    refused_by = Some(name);
+                    Remaining { name, remaining: 0, reset: wait }
+                }
+            };
+            if retry_after.is_some() || tightest.is_none_or(|t| remaining.remaining < t.remaining) {
+                tightest = Some(remaining);
+            }
+        }
+        let headers = tightest.and_then(|current| RateLimitHeaders::new(&policies, &current));
+        Self { retry_after, headers, refused_by }
+    }
+
+    /// Leaves the fields for the [`gate`] to put on the answer, and counts a refusal in `metrics`; `Err`
+    /// with the wait when refused.
+    pub fn settle(self, extensions: &Extensions, metrics: &Metrics) -> Result<(), Duration> {
+        if let (Some(slot), Some(headers)) = (extensions.get::<RateLimitSlot>(), self.headers) {
+            slot.set(headers);
+        }
+        if let Some(scope) = self.refused_by {
+            metrics.rate_limited.get_or_create(&ScopeLabels { scope }).inc();
+        }
+        self.retry_after.map_or(Ok(()), Err)
+    }
+}
+
+/// A wait as `retryAfterMs`: milliseconds, rounded up, at least 1.
+pub fn millis_up(wait: Duration) -> u64 {
+    u64::try_from(wait.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX).max(1)
+}
+
+/// Where a handler leaves the `RateLimit*` fields for the [`gate`] to put on its answer.
+#[derive(Clone, Default)]
+pub struct RateLimitSlot(Arc<Mutex<Option<RateLimitHeaders>>>);
+
+impl RateLimitSlot {
+    fn set(&self, headers: RateLimitHeaders) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(headers);
+    }
+
+    fn take(&self) -> Option<RateLimitHeaders> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
+/// Around `/{agent_id}/mcp`: failed authentications per client, and the `RateLimit*` fields.
+pub async fn mcp_gate(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    gate(&state, request, next, |wait| McpError::RateLimited { retry_after_ms: millis_up(wait) }.into_http(None)).await
+}
+
+/// Around `/admin/v1`: failed authentications per client, and the `RateLimit*` fields.
+pub async fn admin_gate(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    gate(&state, request, next, |wait| ApiError::TooManyRequests { retry_after: wait }.into_response()).await
+}
+
+/// Refuses a client that used up its failed authentications (`refuse` builds the endpoint's 429); else runs
+/// the request, counts a 401 against its client, and puts the fields the handler left on the answer.
+async fn gate(
+    state: &AppState,
+    mut request: Request,
+    next: Next,
+    refuse: impl FnOnce(Duration) -> Response,
+) -> Response {
+    let guard = &state.guard;
+    let client = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(peer)| guard.client_ip(peer.ip(), request.headers()));
+    if let Some(wait) = client.and_then(|client| guard.failures().blocked(client)) {
+        state.metrics.rate_limited.get_or_create(&ScopeLabels { scope: AUTH_FAILURES }).inc();
+        let mut response = refuse(wait);
+        if let Some(headers) = guard.failures_headers(wait) {
+            headers.apply(response.headers_mut());
+        }
+        return response;
+    }
+    let slot = RateLimitSlot::default();
+    request.extensions_mut().insert(slot.clone());
+    let mut response = next.run(request).await;
+    if response.status() == StatusCode::UNAUTHORIZED
+        && let Some(client) = client
+    {
+        guard.failures().record(client);
+    }
+    if let Some(headers) = slot.take() {
+        headers.apply(response.headers_mut());
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> RateLimitsConfig {
+        RateLimitsConfig {
+            key_requests_per_second: 1,
+            key_burst: 2,
+            agent_requests_per_second: 1,
+            agent_burst: 3,
+            ..RateLimitsConfig::default()
+        }
+    }
+
+    fn buckets_verdict(guard: &Guard, key: &str, agent: &str) -> Verdict {
+        Verdict::of(&[
+            Check { policy: KEY, buckets: &guard.keys, bucket: key, limit: guard.key_limit },
+            Check { policy: AGENT, buckets: &guard.agents, bucket: agent, limit: guard.agent_default },
+        ])
+    }
+
+    #[test]
+    fn the_key_is_asked_first_and_the_tightest_limit_is_reported() {
+        let guard = Guard::new(&config());
+        let first = buckets_verdict(&guard, "k1", "a");
+        assert_eq!(first.retry_after, None);
+        let headers = first.headers.expect("fields");
+        assert_eq!(headers.policy, r#""key";q=2;w=2, "agent";q=3;w=3"#);
+        assert_eq!(headers.current, r#""key";r=1;t=1"#, "key 1 left < agent 2 left");
+        buckets_verdict(&guard, "k1", "a");
+        let refused = buckets_verdict(&guard, "k1", "a");
+        assert!(refused.retry_after.is_some(), "the key's burst is used up");
+        assert!(refused.headers.expect("fields").current.to_str().unwrap_or("").starts_with(r#""key";r=0;"#));
+        // The key's refusal took no token from the agent: another key gets the agent's last one.
+        let other = buckets_verdict(&guard, "k2", "a");
+        assert_eq!(other.retry_after, None);
+        assert!(other.headers.expect("fields").current.to_str().unwrap_or("").starts_with(r#""agent";r=0;"#));
+        let shared = buckets_verdict(&guard, "k3", "a");
+        assert!(shared.headers.expect("fields").current.to_str().unwrap_or("").starts_with(r#""agent";r=0;"#));
+        assert!(shared.retry_after.is_some(), "the agent's bucket is shared by its keys");
+    }
+
+    #[test]
+    fn unlimited_everywhere_means_no_fields() {
+        let guard = Guard::new(&RateLimitsConfig {
+            key_requests_per_second: 0,
+            agent_requests_per_second: 0,
+            ..RateLimitsConfig::default()
+        });
+        assert_eq!(buckets_verdict(&guard, "k", "a"), Verdict { retry_after: None, headers: None, refused_by: None });
+    }
+
+    #[test]
+    fn retry_after_ms_rounds_up() {
+        assert_eq!(millis_up(Duration::from_micros(1500)), 2);
+        assert_eq!(millis_up(Duration::ZERO), 1);
+    }
+}
