@@ -49,6 +49,9 @@ pub mod domain;
 pub mod error;
 /// The event bus.
 pub mod events;
+/// Entry points of the fuzz targets (`fuzz/`) and of the test replaying their corpora.
+#[doc(hidden)]
+pub mod fuzzing;
 /// Rate limits and the client address.
 pub mod guard;
 /// Router, layers, authentication, health.
