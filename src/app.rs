@@ -42,6 +42,8 @@ pub struct Application {
     _pruner: Pruner,
     /// Forgets idle rate-limit state for as long as the application lives.
     _reclaimer: Reclaimer,
+    /// Re-reads a stored operator token digest, so a rotation reaches this replica.
+    _operator_refresh: AbortOnDrop,
     /// Writes MCP audit records; stopped (flushed) after the server drained.
     audit_task: AuditTask,
 }
@@ -106,7 +108,27 @@ impl Application {
             metrics,
             guard,
         };
-        Ok(Self { listener, address, state, pg_bus, _pruner: pruner, _reclaimer: reclaimer, audit_task })
+        let operator_refresh = {
+            let (operator, store) = (state.operator.clone(), state.store.clone());
+            AbortOnDrop(tokio::spawn(async move {
+                let mut every = tokio::time::interval(crate::http::auth::OPERATOR_REFRESH);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    every.tick().await;
+                    operator.refresh(store.as_ref()).await;
+                }
+            }))
+        };
+        Ok(Self {
+            listener,
+            address,
+            state,
+            pg_bus,
+            _pruner: pruner,
+            _reclaimer: reclaimer,
+            _operator_refresh: operator_refresh,
+            audit_task,
+        })
     }
 
     pub fn port(&self) -> u16 {
@@ -161,6 +183,15 @@ impl Application {
         }
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+/// A background task that ends with its owner.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -287,7 +318,24 @@ async fn operator_token(config: &Config, store: &dyn Store, hasher: &KeyHasher) 
         eprintln!("hivegate: generated operator token (shown once; keep it, or set HIVEGATE_ADMIN_TOKEN): {token}");
     }
     let digest = KeyDigest::from_hex(&stored).context("the stored operator token digest is corrupt")?;
-    Ok(OperatorToken::Stored { hasher: hasher.clone(), digest })
+    Ok(OperatorToken::stored(hasher.clone(), digest))
+}
+
+/// `hivegate admin-token rotate`: replaces the stored operator token with a new one and prints it, once.
+/// Running replicas take it within [`crate::http::auth::OPERATOR_REFRESH`]; the old one stops working.
+pub async fn rotate_operator_token(config: &Config) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        config.admin_token.is_none(),
+        "the operator token is configured (HIVEGATE_ADMIN_TOKEN): change it there, there is nothing stored to rotate"
+    );
+    let store = connect_with_retry(config, LocalBus::new()).await?;
+    store.migrate().await.context("applying database migrations")?;
+    let hasher = KeyHasher::new(config.keys.pepper.clone());
+    let token = random_token(OPERATOR_TOKEN_PREFIX);
+    store.put_setting(setting::OPERATOR_TOKEN_DIGEST, &hasher.digest(&token).to_hex()).await?;
+    tracing::info!("operator token rotated");
+    println!("{token}");
+    Ok(())
 }
 
 /// Completes on SIGTERM or SIGINT.

@@ -28,6 +28,11 @@ pub enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Operator token commands.
+    AdminToken {
+        #[command(subcommand)]
+        command: AdminTokenCommand,
+    },
     /// Audit log commands.
     Audit {
         #[command(subcommand)]
@@ -125,6 +130,13 @@ pub enum ResourceCommand {
         #[arg(long)]
         uri: String,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminTokenCommand {
+    /// Replace the stored (generated) operator token with a new one, printed once on stdout. Running
+    /// replicas accept only the new one within 2 s. Refused when HIVEGATE_ADMIN_TOKEN is set.
+    Rotate,
 }
 
 #[derive(Debug, Subcommand)]

@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use hivegate::app::{self, Application};
-use hivegate::cli::{AuditCommand, Cli, Command, ConfigCommand, Target};
+use hivegate::cli::{AdminTokenCommand, AuditCommand, Cli, Command, ConfigCommand, Target};
 use hivegate::client::AdminClient;
 use hivegate::config::Config;
 
@@ -24,6 +24,7 @@ async fn main() -> ExitCode {
         },
         Command::Migrate => app::migrate_only(&config).await,
         Command::Healthcheck => app::healthcheck(config.listen).await,
+        Command::AdminToken { command: AdminTokenCommand::Rotate } => app::rotate_operator_token(&config).await,
         Command::Audit { command: AuditCommand::Verify { agent } } => {
             app::verify_audit(&config, agent.as_deref()).await
         }

@@ -142,12 +142,24 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// The operator token: either configured (then it is the only one) or generated once and stored as a digest.
+///
+/// A stored token can be replaced while replicas run (`hivegate admin-token rotate`): each replica re-reads
+/// the digest every [`OPERATOR_REFRESH`] ([`OperatorToken::refresh`]), so the old token stops working and
+/// the new one starts working everywhere within that time.
 pub enum OperatorToken {
     Configured(SecretString),
-    Stored { hasher: KeyHasher, digest: KeyDigest },
+    Stored { hasher: KeyHasher, digest: std::sync::RwLock<KeyDigest> },
 }
 
+/// How often a replica re-reads the stored operator token digest.
+pub const OPERATOR_REFRESH: Duration = Duration::from_secs(2);
+
 impl OperatorToken {
+    /// A stored token with `digest`.
+    pub fn stored(hasher: KeyHasher, digest: KeyDigest) -> Self {
+        OperatorToken::Stored { hasher, digest: std::sync::RwLock::new(digest) }
+    }
+
     /// Constant-time check of a presented token.
     pub fn is_valid(&self, presented: &str) -> bool {
         match self {
@@ -155,7 +167,23 @@ impl OperatorToken {
                 let hasher = KeyHasher::new(None);
                 hasher.digest(token.expose_secret()).ct_eq(&hasher.digest(presented))
             }
-            OperatorToken::Stored { hasher, digest } => hasher.digest(presented).ct_eq(digest),
+            OperatorToken::Stored { hasher, digest } => {
+                let digest = digest.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+                hasher.digest(presented).ct_eq(&digest)
+            }
+        }
+    }
+
+    /// Re-reads the stored digest (a no-op for a configured token); a failed read keeps the current one.
+    pub async fn refresh(&self, store: &dyn Store) {
+        let OperatorToken::Stored { digest, .. } = self else { return };
+        match store.get_setting(crate::store::setting::OPERATOR_TOKEN_DIGEST).await {
+            Ok(Some(stored)) => match KeyDigest::from_hex(&stored) {
+                Some(fresh) => *digest.write().unwrap_or_else(std::sync::PoisonError::into_inner) = fresh,
+                None => tracing::error!("the stored operator token digest is corrupt; keeping the current one"),
+            },
+            Ok(None) => {}
+            Err(error) => tracing::debug!(%error, "could not re-read the operator token digest"),
         }
     }
 

@@ -3,11 +3,12 @@ use reqwest::{Method, StatusCode};
 use serde_json::json;
 
 use crate::helpers::{
-    Api, Backend, HivegateProcess, OPERATOR_TOKEN, TempDir, TestDatabase, expect_json, expect_problem, run_hivegate,
+    Api, Backend, HivegateProcess, OPERATOR_TOKEN, TempDir, TestDatabase, eventually, expect_json, expect_problem,
+    hivegate_command, run_hivegate,
 };
 use crate::live_client::Legacy;
 
-both!(operator_token_is_generated_once, concurrent_migrations, sigterm_exits_cleanly);
+both!(operator_token_is_generated_once, the_operator_token_rotates, concurrent_migrations, sigterm_exits_cleanly);
 
 /// The `hgo_...` token in `text`, if any.
 fn generated_tokens(text: &str) -> Vec<String> {
@@ -15,6 +16,41 @@ fn generated_tokens(text: &str) -> Vec<String> {
         .filter(|word| word.starts_with("hgo_"))
         .map(str::to_owned)
         .collect()
+}
+
+async fn the_operator_token_rotates(backend: Backend) {
+    let db = TestDatabase::new(backend).await;
+    // Waiting for the new token means failing with it a few times: no blocking for that here.
+    let env = [("HIVEGATE_RATE_LIMITS__FAILED_AUTH_ATTEMPTS", "0")];
+    let mut app = HivegateProcess::start_with_env(db.url(), None, &env).await;
+    let old = generated_tokens(&app.stderr()).pop().expect("a generated token");
+    let dir = TempDir::new();
+
+    // Rotated from another process while the server runs: the new token is printed once, on stdout.
+    let output = hivegate_command(dir.path(), db.url(), None).args(["admin-token", "rotate"]).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let printed = String::from_utf8_lossy(&output.stdout).into_owned();
+    let new = generated_tokens(&printed).pop().expect("the new token on stdout");
+    assert_ne!(new, old);
+
+    // The running server takes it within its refresh interval: the old token stops working.
+    app.set_operator_token(&new);
+    eventually("the new operator token to be accepted", || async {
+        let response = app.op(Method::GET, "/admin/v1/agents").send().await.unwrap();
+        (response.status() == StatusCode::OK).then_some(())
+    })
+    .await;
+    app.set_operator_token(&old);
+    let response = app.op(Method::GET, "/admin/v1/agents").send().await.unwrap();
+    expect_problem(response, StatusCode::UNAUTHORIZED).await;
+
+    // With HIVEGATE_ADMIN_TOKEN set there is nothing stored to rotate: refused, and nothing changes.
+    let refused = run_hivegate(dir.path(), db.url(), &["admin-token", "rotate"]).await;
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("HIVEGATE_ADMIN_TOKEN"));
+    app.set_operator_token(&new);
+    let response = app.op(Method::GET, "/admin/v1/agents").send().await.unwrap();
+    expect_json(response, StatusCode::OK).await;
 }
 
 async fn operator_token_is_generated_once(backend: Backend) {
