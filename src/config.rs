@@ -378,16 +378,30 @@ impl DatabaseUrl {
 
     /// The URL with any password replaced by `***`.
     pub fn redacted(&self) -> String {
-        match (self.0.find("://"), self.0.rfind('@')) {
+        let url = &self.0;
+        let mut redacted = match (url.find("://"), url.rfind('@')) {
             (Some(scheme_end), Some(at)) if at > scheme_end => {
-                let userinfo = &self.0[scheme_end + 3..at];
+                let userinfo = &url[scheme_end + 3..at];
                 match userinfo.find(':') {
-                    Some(colon) => format!("{}{}:***{}", &self.0[..scheme_end + 3], &userinfo[..colon], &self.0[at..]),
-                    None => self.0.clone(),
+                    Some(colon) => format!("{}{}:***{}", &url[..scheme_end + 3], &userinfo[..colon], &url[at..]),
+                    None => url.clone(),
                 }
             }
-            _ => self.0.clone(),
+            _ => url.clone(),
+        };
+        // A password can also be a query parameter (`?password=...`, libpq style).
+        if let Some(query_start) = redacted.find('?') {
+            let (base, query) = redacted.split_at(query_start + 1);
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((name, _)) if name.eq_ignore_ascii_case("password") => format!("{name}=***"),
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            redacted = format!("{base}{}", query.join("&"));
         }
+        redacted
     }
 }
 
@@ -518,6 +532,9 @@ mod tests {
         assert_eq!(url.redacted(), "postgres://user:***@db:5432/hivegate");
         assert!(!format!("{url:?}").contains("secret"));
         assert_eq!(DatabaseUrl::new("sqlite://x.db").redacted(), "sqlite://x.db");
+        let url = DatabaseUrl::new("postgres://db/hivegate?user=u&password=secret&sslmode=disable");
+        assert_eq!(url.redacted(), "postgres://db/hivegate?user=u&password=***&sslmode=disable");
+        assert!(!format!("{url:?}").contains("secret"));
     }
 
     #[test]

@@ -163,7 +163,8 @@ pub async fn list(
     params(("agent_id" = String, Path), ("uri" = String, Query)),
     security(("operator" = []), ("agentKey" = [])),
     responses((status = 200, description = "The resource with `text` or `blob`", body = ResourceWithContent),
-               (status = 404, description = "No such resource", body = Problem, content_type = "application/problem+json")))]
+               (status = 404, description = "No such resource", body = Problem, content_type = "application/problem+json"),
+               (status = 422, description = "Not a resource URI", body = Problem, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "admin.get_resource", skip_all, fields(agent = %access.agent))]
 pub async fn content(
     State(state): State<AppState>,
@@ -172,7 +173,8 @@ pub async fn content(
 ) -> Result<Json<ResourceWithContent>, ApiError> {
     let uri = query.require("uri")?;
     let missing = || ApiError::NotFound(format!("resource {uri:?} does not exist"));
-    let uri = ResourceUri::parse(uri).map_err(|_| missing())?;
+    // A value that cannot be a URI is invalid (422), not absent.
+    let uri = ResourceUri::parse(uri)?;
     let (resource, content) = state.store.get_resource(&access.agent, uri.as_str()).await?.ok_or_else(missing)?;
     Ok(Json(ResourceWithContent::new(resource, content)))
 }
@@ -182,7 +184,8 @@ pub async fn content(
     params(("agent_id" = String, Path), ("uri" = String, Query)),
     security(("operator" = []), ("agentKey" = [])),
     responses((status = 204, description = "Deleted"),
-               (status = 404, description = "No such resource", body = Problem, content_type = "application/problem+json")))]
+               (status = 404, description = "No such resource", body = Problem, content_type = "application/problem+json"),
+               (status = 422, description = "Not a resource URI", body = Problem, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "admin.delete_resource", skip_all, fields(agent = %access.agent))]
 pub async fn delete(
     State(state): State<AppState>,
@@ -191,7 +194,8 @@ pub async fn delete(
 ) -> Result<StatusCode, ApiError> {
     let uri = query.require("uri")?;
     let missing = || ApiError::NotFound(format!("resource {uri:?} does not exist"));
-    let uri = ResourceUri::parse(uri).map_err(|_| missing())?;
+    // A value that cannot be a URI is invalid (422), not absent.
+    let uri = ResourceUri::parse(uri)?;
     state.store.delete_resource(&access.agent, &uri, &access.actor).await.map_err(|error| match error {
         StoreError::NotFound => missing(),
         other => other.into(),

@@ -104,6 +104,12 @@ async fn resources_crud(backend: Backend) {
     expect_problem(app.get_content("bot", "docs://guide/b").await, StatusCode::NOT_FOUND).await;
     let response = app.op(Method::DELETE, path).query(&[("uri", "docs://guide/b")]).send().await.unwrap();
     expect_problem(response, StatusCode::NOT_FOUND).await;
+    // What cannot be a URI is an invalid value, not an absent resource.
+    for invalid in ["no scheme", ""] {
+        expect_problem(app.get_content("bot", invalid).await, StatusCode::UNPROCESSABLE_ENTITY).await;
+        let response = app.op(Method::DELETE, path).query(&[("uri", invalid)]).send().await.unwrap();
+        expect_problem(response, StatusCode::UNPROCESSABLE_ENTITY).await;
+    }
     let items = app.list_all(path, None).await;
     assert_eq!(uris(&items), ["docs://a", "docs://guide/intro"]);
 
