@@ -152,6 +152,7 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound => ApiError::NotFound("not found".to_owned()),
             StoreError::Conflict => ApiError::Conflict("already exists".to_owned()),
             StoreError::TooMany(detail) => ApiError::Conflict(detail),
+            StoreError::Invalid(detail) => ApiError::Unprocessable(detail),
             StoreError::TooLarge(detail) => ApiError::PayloadTooLarge(detail),
             StoreError::Unavailable(cause) => ApiError::Unavailable(cause.to_string()),
             other => ApiError::Internal(other.to_string()),

@@ -10,7 +10,7 @@ use super::access::{ManagedAgent, OperatorAccess};
 use super::extract::{JsonBody, present};
 use super::page::{Page, PageQuery};
 use crate::domain::AgentId;
-use crate::domain::model::{Agent, AgentPatch, NewAgent, RateLimit};
+use crate::domain::model::{Agent, AgentPatch, NewAgent, RateLimit, RateLimitPatch};
 use crate::error::{ApiError, Problem};
 use crate::registry::cursor::ListKind;
 use crate::state::AppState;
@@ -45,12 +45,42 @@ pub struct PatchAgent {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>)]
     pub description: Option<Option<String>>,
+    /// Merged into the agent's limit (members not given stay); `null` removes the limit.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<RateLimit>)]
-    pub rate_limit: Option<Option<RateLimit>>,
+    #[schema(value_type = Option<RateLimitBody>)]
+    pub rate_limit: Option<Option<RateLimitBody>>,
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<u64>)]
     pub cache_ttl_ms: Option<Option<u64>>,
+}
+
+/// `rateLimit` in a merge-patch: either member may be left out (it keeps its value), neither may be `null`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RateLimitBody {
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<u32>)]
+    pub requests_per_second: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<u32>)]
+    pub burst: Option<Option<u32>>,
+}
+
+impl RateLimitBody {
+    fn into_patch(self) -> Result<RateLimitPatch, ApiError> {
+        let member = |value: Option<Option<u32>>, name: &str| match value {
+            Some(None) => Err(ApiError::Unprocessable(format!(
+                "rateLimit.{name} cannot be null (\"rateLimit\": null removes the whole limit)"
+            ))),
+            Some(Some(0)) => Err(ApiError::Unprocessable(format!("rateLimit.{name} must be at least 1"))),
+            Some(Some(n)) => Ok(Some(n)),
+            None => Ok(None),
+        };
+        Ok(RateLimitPatch {
+            requests_per_second: member(self.requests_per_second, "requestsPerSecond")?,
+            burst: member(self.burst, "burst")?,
+        })
+    }
 }
 
 fn check_name(name: &str) -> Result<(), ApiError> {
@@ -102,18 +132,15 @@ impl PatchAgent {
             }
             None => None,
         };
-        if let Some(Some(limit)) = &self.rate_limit {
-            check_rate_limit(limit)?;
-        }
+        let rate_limit = match self.rate_limit {
+            Some(Some(body)) => Some(Some(body.into_patch()?)),
+            Some(None) => Some(None),
+            None => None,
+        };
         if let Some(Some(ttl)) = self.cache_ttl_ms {
             check_cache_ttl(ttl)?;
         }
-        Ok(AgentPatch {
-            name,
-            description: self.description,
-            rate_limit: self.rate_limit,
-            cache_ttl_ms: self.cache_ttl_ms,
-        })
+        Ok(AgentPatch { name, description: self.description, rate_limit, cache_ttl_ms: self.cache_ttl_ms })
     }
 }
 

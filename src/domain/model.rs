@@ -14,6 +14,23 @@ pub struct RateLimit {
     pub burst: u32,
 }
 
+/// A merge-patch of a [`RateLimit`]: the members given replace the agent's, the others stay.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RateLimitPatch {
+    pub requests_per_second: Option<u32>,
+    pub burst: Option<u32>,
+}
+
+impl RateLimitPatch {
+    /// `current` with this patch applied; `None` when a member is in neither (no limit to merge into).
+    pub fn apply_to(self, current: Option<RateLimit>) -> Option<RateLimit> {
+        Some(RateLimit {
+            requests_per_second: self.requests_per_second.or(current.map(|c| c.requests_per_second))?,
+            burst: self.burst.or(current.map(|c| c.burst))?,
+        })
+    }
+}
+
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Agent {
@@ -47,7 +64,8 @@ pub struct NewAgent {
 pub struct AgentPatch {
     pub name: Option<String>,
     pub description: Option<Option<String>>,
-    pub rate_limit: Option<Option<RateLimit>>,
+    /// `Some(None)` removes the agent's limit; `Some(Some(patch))` merges into it.
+    pub rate_limit: Option<Option<RateLimitPatch>>,
     pub cache_ttl_ms: Option<Option<u64>>,
 }
 

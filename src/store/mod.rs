@@ -40,6 +40,9 @@ pub enum StoreError {
     Database(#[source] sqlx::Error),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// The change is invalid given what is stored (e.g. a partial `rateLimit` for an agent without one).
+    #[error("{0}")]
+    Invalid(String),
     /// The change would take the agent (or the gateway) over a count limit: nothing was changed.
     #[error("{0}")]
     TooMany(String),

@@ -17,7 +17,7 @@ use super::{Store, StoreError};
 use crate::config::DatabaseConfig;
 use crate::domain::model::{
     Actor, AgentPatch, Content, NewAgent, NewKey, NewPrompt, NewResource, NewResourceTemplate, PromptMessage,
-    RateLimit, Role,
+    RateLimitPatch, Role,
 };
 use crate::domain::{AgentId, PromptName, ResourceUri, Scope};
 use crate::events::postgres::{LISTENER_APPLICATION_NAME, PgBus};
@@ -125,7 +125,7 @@ async fn story(store: &dyn Store, bus: &mut Receiver<BusMessage>) -> TestResult 
     assert_eq!(rest.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), ["story"]);
     let patch = AgentPatch {
         description: Some(Some("helps".to_owned())),
-        rate_limit: Some(Some(RateLimit { requests_per_second: 5, burst: 10 })),
+        rate_limit: Some(Some(RateLimitPatch { requests_per_second: Some(5), burst: Some(10) })),
         ..AgentPatch::default()
     };
     let updated = store.update_agent(&story, &patch, &actor).await?;

@@ -196,6 +196,24 @@ async fn agent_patch_is_merge_patch(backend: Backend) {
     let patched = expect_json(response, StatusCode::OK).await;
     assert!(is_unset(&patched, "rateLimit") && is_unset(&patched, "cacheTtlMs"), "{patched}");
 
+    // `rateLimit` merges like any object of a merge-patch: the members given replace, the others stay. Into no
+    // limit at all, a partial one is refused; a null member, or 0, is refused; nothing changes on a refusal.
+    let response = patch(r#"{"rateLimit": {"burst": 7}}"#, "application/json").await.unwrap();
+    let detail = expect_problem(response, StatusCode::UNPROCESSABLE_ENTITY).await["detail"].to_string();
+    assert!(detail.contains("requestsPerSecond and burst"), "{detail}");
+    let full = r#"{"rateLimit": {"requestsPerSecond": 3, "burst": 6}}"#;
+    expect_json(patch(full, "application/json").await.unwrap(), StatusCode::OK).await;
+    let response = patch(r#"{"rateLimit": {"burst": 9}}"#, "application/json").await.unwrap();
+    let patched = expect_json(response, StatusCode::OK).await;
+    assert_eq!(patched["rateLimit"], json!({"requestsPerSecond": 3, "burst": 9}));
+    for invalid in [r#"{"rateLimit": {"burst": null}}"#, r#"{"rateLimit": {"requestsPerSecond": 0}}"#] {
+        expect_problem(patch(invalid, "application/json").await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY).await;
+    }
+    let response = app.op(Method::GET, "/admin/v1/agents/bot").send().await.unwrap();
+    assert_eq!(expect_json(response, StatusCode::OK).await["rateLimit"], json!({"requestsPerSecond": 3, "burst": 9}));
+    let response = patch(r#"{"rateLimit": null}"#, "application/json").await.unwrap();
+    assert!(is_unset(&expect_json(response, StatusCode::OK).await, "rateLimit"));
+
     // An empty patch changes nothing.
     let response = patch("{}", "application/json").await.unwrap();
     let unchanged = expect_json(response, StatusCode::OK).await;

@@ -296,8 +296,17 @@ macro_rules! impl_store_methods {
                 if let Some(description) = &patch.description {
                     after.description = description.clone();
                 }
-                if let Some(rate_limit) = patch.rate_limit {
-                    after.rate_limit = rate_limit;
+                match patch.rate_limit {
+                    None => {}
+                    Some(None) => after.rate_limit = None,
+                    Some(Some(limit)) => {
+                        after.rate_limit = Some(limit.apply_to(before.rate_limit).ok_or_else(|| {
+                            StoreError::Invalid(
+                                "the agent has no rateLimit to merge into: give both requestsPerSecond and burst"
+                                    .to_owned(),
+                            )
+                        })?);
+                    }
                 }
                 if let Some(cache_ttl_ms) = patch.cache_ttl_ms {
                     after.cache_ttl_ms = cache_ttl_ms;
