@@ -42,6 +42,7 @@ pub fn router(state: AppState) -> Router {
             post(crate::mcp::transport::post)
                 .get(crate::mcp::standalone::get)
                 .delete(crate::mcp::standalone::delete)
+                .fallback(crate::mcp::transport::method_not_allowed)
                 .layer(axum::middleware::from_fn_with_state(state.clone(), crate::mcp::audit::record))
                 .layer(axum::middleware::from_fn_with_state(state.clone(), crate::guard::mcp_gate)),
         )

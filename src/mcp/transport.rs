@@ -130,6 +130,17 @@ fn rate_limit(state: &AppState, parts: &Parts, key: &KeyRecord, agent: &Agent) -
         .map_err(|wait| McpError::RateLimited { retry_after_ms: crate::guard::millis_up(wait) })
 }
 
+/// Any other HTTP method on `/{agent_id}/mcp`: 405 with `Allow` and a JSON-RPC error body, so that a curl user
+/// sees why.
+pub async fn method_not_allowed() -> Response {
+    let mut response =
+        McpError::InvalidRequest("this endpoint serves POST, and GET and DELETE for legacy sessions".to_owned())
+            .into_http(None);
+    *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+    response
+}
+
 /// Reads the body, refusing it with 413 as soon as it is known to exceed `limit`.
 async fn read_body(body: HttpBody, headers: &HeaderMap, limit: usize) -> Result<Vec<u8>, McpError> {
     let declared =

@@ -278,6 +278,13 @@ async fn unknown_and_era_bound_methods(backend: Backend) {
         let anonymous = Answer::of(app.anon(method, "/bot/mcp").send().await.unwrap()).await;
         anonymous.error(StatusCode::UNAUTHORIZED, -31401);
     }
+    // Any other HTTP method: 405 with Allow and a JSON-RPC error saying why.
+    for method in [Method::PUT, Method::PATCH] {
+        let answer = Answer::of(app.with_key(method, "/bot/mcp", &key).send().await.unwrap()).await;
+        answer.error(StatusCode::METHOD_NOT_ALLOWED, -32600);
+        assert_eq!(answer.headers["allow"], "GET, POST, DELETE");
+        assert!(answer.body["id"].is_null(), "{}", answer.body);
+    }
 }
 
 async fn batches_only_in_2025_03_26(backend: Backend) {
