@@ -143,8 +143,8 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
     let user_agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).map(cut);
     let request_id = headers.get(REQUEST_ID).and_then(|v| v.to_str().ok()).map(cut);
     let trace_id = trace_id(headers);
-    let response = next.run(request).await;
-    let Some(trail) = response.extensions().get::<Trail>().cloned() else { return response };
+    let mut response = next.run(request).await;
+    let Some(trail) = response.extensions_mut().remove::<Trail>() else { return response };
     let error_code = response.extensions().get::<ErrorCode>().map(|code| code.0);
     let is_ok = error_code.is_none() && response.status().is_success();
     let elapsed = started.elapsed();
