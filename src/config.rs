@@ -194,9 +194,13 @@ impl Default for AuditConfig {
 }
 
 impl AuditConfig {
-    /// How long `agent`'s records are kept; `None` is forever.
-    pub fn retention_of(&self, agent: &str) -> Option<std::time::Duration> {
-        let days = self.agent_retention_days.get(agent).copied().unwrap_or(self.retention_days);
+    /// How long `agent`'s records are kept; `None` is forever. `stored` is the agent's own
+    /// `auditRetentionDays` (admin API), which wins over this configuration.
+    pub fn retention_of(&self, agent: &str, stored: Option<u32>) -> Option<std::time::Duration> {
+        let days = stored
+            .map(u64::from)
+            .or_else(|| self.agent_retention_days.get(agent).copied())
+            .unwrap_or(self.retention_days);
         (days > 0).then(|| std::time::Duration::from_secs(days.saturating_mul(24 * 60 * 60)))
     }
 }
@@ -568,8 +572,14 @@ mod tests {
         assert!(error.to_string().contains("audit.batch_size"), "{error}");
         let mut config = Config::default();
         config.audit.agent_retention_days.insert("bot".to_owned(), 0);
-        assert_eq!(config.audit.retention_of("bot"), None, "0 keeps that agent's records forever");
-        assert_eq!(config.audit.retention_of("other"), Some(std::time::Duration::from_secs(90 * 86_400)));
+        assert_eq!(config.audit.retention_of("bot", None), None, "0 keeps that agent's records forever");
+        assert_eq!(config.audit.retention_of("other", None), Some(std::time::Duration::from_secs(90 * 86_400)));
+        assert_eq!(
+            config.audit.retention_of("bot", Some(2)),
+            Some(std::time::Duration::from_secs(2 * 86_400)),
+            "the agent's own setting wins"
+        );
+        assert_eq!(config.audit.retention_of("other", Some(0)), None);
     }
 
     #[test]

@@ -56,6 +56,7 @@ impl Caller {
         state
             .guard
             .admin(&name)
+            .await
             .settle(&parts.extensions, &state.metrics)
             .map_err(|retry_after| ApiError::TooManyRequests { retry_after })?;
         Ok(caller)

@@ -18,6 +18,8 @@ use crate::store::StoreError;
 
 /// The largest `cacheTtlMs`: what both databases store as a signed 64-bit integer.
 const MAX_CACHE_TTL_MS: u64 = i64::MAX as u64;
+/// The longest `auditRetentionDays`: a hundred years (0 keeps records forever).
+const MAX_AUDIT_RETENTION_DAYS: u32 = 36_500;
 
 /// A new agent.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -32,6 +34,9 @@ pub struct CreateAgent {
     pub rate_limit: Option<RateLimit>,
     /// The `ttlMs` hint modern MCP clients get for this agent's lists and reads.
     pub cache_ttl_ms: Option<u64>,
+    /// Days the agent's audit records are kept (0: forever); absent: `audit.retention_days` from the
+    /// configuration (or its per-agent entry).
+    pub audit_retention_days: Option<u32>,
 }
 
 /// A JSON merge-patch (RFC 7396) of an agent: absent fields stay, `null` clears an optional field.
@@ -52,9 +57,13 @@ pub struct PatchAgent {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<u64>)]
     pub cache_ttl_ms: Option<Option<u64>>,
+    /// `null` goes back to the configured retention.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<u32>)]
+    pub audit_retention_days: Option<Option<u32>>,
 }
 
-/// `rateLimit` in a merge-patch: either member may be left out (it keeps its value), neither may be `null`.
+/// `rateLimit` in a merge-patch: any member may be left out (it keeps its value), none may be `null`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RateLimitBody {
@@ -64,10 +73,17 @@ pub struct RateLimitBody {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<u32>)]
     pub burst: Option<Option<u32>>,
+    /// Counted by every replica together in the database (exact), rather than by each replica.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<bool>)]
+    pub shared: Option<Option<bool>>,
 }
 
 impl RateLimitBody {
-    fn into_patch(self) -> Result<RateLimitPatch, ApiError> {
+    pub(super) fn into_patch(self) -> Result<RateLimitPatch, ApiError> {
+        if self.shared == Some(None) {
+            return Err(ApiError::Unprocessable("rateLimit.shared cannot be null".to_owned()));
+        }
         let member = |value: Option<Option<u32>>, name: &str| match value {
             Some(None) => Err(ApiError::Unprocessable(format!(
                 "rateLimit.{name} cannot be null (\"rateLimit\": null removes the whole limit)"
@@ -79,6 +95,7 @@ impl RateLimitBody {
         Ok(RateLimitPatch {
             requests_per_second: member(self.requests_per_second, "requestsPerSecond")?,
             burst: member(self.burst, "burst")?,
+            shared: self.shared.flatten(),
         })
     }
 }
@@ -90,11 +107,20 @@ fn check_name(name: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn check_rate_limit(limit: &RateLimit) -> Result<(), ApiError> {
+pub(super) fn check_rate_limit(limit: &RateLimit) -> Result<(), ApiError> {
     if limit.requests_per_second == 0 || limit.burst == 0 {
         return Err(ApiError::Unprocessable(
             "rateLimit.requestsPerSecond and rateLimit.burst must be at least 1".into(),
         ));
+    }
+    Ok(())
+}
+
+fn check_audit_retention(days: u32) -> Result<(), ApiError> {
+    if days > MAX_AUDIT_RETENTION_DAYS {
+        return Err(ApiError::Unprocessable(format!(
+            "auditRetentionDays must be at most {MAX_AUDIT_RETENTION_DAYS} (0 keeps records forever)"
+        )));
     }
     Ok(())
 }
@@ -112,12 +138,14 @@ impl CreateAgent {
         check_name(&self.name)?;
         self.rate_limit.as_ref().map(check_rate_limit).transpose()?;
         self.cache_ttl_ms.map(check_cache_ttl).transpose()?;
+        self.audit_retention_days.map(check_audit_retention).transpose()?;
         Ok(NewAgent {
             id,
             name: self.name,
             description: self.description,
             rate_limit: self.rate_limit,
             cache_ttl_ms: self.cache_ttl_ms,
+            audit_retention_days: self.audit_retention_days,
         })
     }
 }
@@ -140,7 +168,16 @@ impl PatchAgent {
         if let Some(Some(ttl)) = self.cache_ttl_ms {
             check_cache_ttl(ttl)?;
         }
-        Ok(AgentPatch { name, description: self.description, rate_limit, cache_ttl_ms: self.cache_ttl_ms })
+        if let Some(Some(days)) = self.audit_retention_days {
+            check_audit_retention(days)?;
+        }
+        Ok(AgentPatch {
+            name,
+            description: self.description,
+            rate_limit,
+            cache_ttl_ms: self.cache_ttl_ms,
+            audit_retention_days: self.audit_retention_days,
+        })
     }
 }
 
@@ -194,7 +231,7 @@ pub async fn get(access: ManagedAgent) -> Json<Agent> {
     Json(access.agent)
 }
 
-/// Change an agent's name, description, rate limit or cache TTL (JSON merge-patch).
+/// Change an agent's name, description, rate limit, cache TTL or audit retention (JSON merge-patch).
 #[utoipa::path(patch, path = "/admin/v1/agents/{agent_id}", tag = "agents", request_body = PatchAgent,
     params(("agent_id" = String, Path)),
     security(("operator" = [])),
@@ -280,5 +317,26 @@ mod tests {
         assert_eq!(create(zero).unwrap_err(), StatusCode::UNPROCESSABLE_ENTITY);
         let unknown = r#"{"id": "a", "name": "R", "rateLimit": {"rps": 1, "requestsPerSecond": 1, "burst": 1}}"#;
         assert_eq!(create(unknown).unwrap_err(), StatusCode::UNPROCESSABLE_ENTITY);
+        let shared = r#"{"id": "a", "name": "R", "rateLimit": {"requestsPerSecond": 1, "burst": 1, "shared": true}}"#;
+        assert!(create(shared).is_ok_and(|agent| agent.rate_limit.is_some_and(|limit| limit.shared)));
+        let kept = create(r#"{"id": "a", "name": "R", "auditRetentionDays": 0}"#).expect("0 keeps forever");
+        assert_eq!(kept.audit_retention_days, Some(0));
+        assert_eq!(
+            create(r#"{"id": "a", "name": "R", "auditRetentionDays": 40000}"#).unwrap_err(),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
+        assert_eq!(
+            create(r#"{"id": "a", "name": "R", "auditRetentionDays": -1}"#).unwrap_err(),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
+    }
+
+    #[test]
+    fn merge_patch_of_shared_and_retention() {
+        let shared = patch(r#"{"rateLimit": {"shared": true}, "auditRetentionDays": 7}"#).expect("valid");
+        assert_eq!(shared.rate_limit.flatten().and_then(|limit| limit.shared), Some(true));
+        assert_eq!(shared.audit_retention_days, Some(Some(7)));
+        assert_eq!(patch(r#"{"auditRetentionDays": null}"#).expect("valid").audit_retention_days, Some(None));
+        assert_eq!(patch(r#"{"rateLimit": {"shared": null}}"#).unwrap_err(), StatusCode::UNPROCESSABLE_ENTITY);
     }
 }

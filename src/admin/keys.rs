@@ -1,4 +1,5 @@
-//! `/agents/{agent_id}/keys`: create, list and revoke an agent's API keys (operator only).
+//! `/agents/{agent_id}/keys`: create, list, merge-patch (name, own rate limit) and revoke an agent's API keys
+//! (operator only).
 //!
 //! The plain key exists only in the answer that creates it; the store keeps its digest.
 
@@ -9,9 +10,10 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::access::ManagedAgent;
-use super::extract::{JsonBody, PathParams};
+use super::agents::{RateLimitBody, check_rate_limit};
+use super::extract::{JsonBody, PathParams, present};
 use super::page::{Page, PageQuery};
-use crate::domain::model::{KeyRecord, NewKey};
+use crate::domain::model::{KeyPatch, KeyRecord, NewKey, RateLimit};
 use crate::domain::time::Timestamp;
 use crate::domain::{ApiKey, Scope};
 use crate::error::{ApiError, Problem};
@@ -30,6 +32,32 @@ pub struct CreateKey {
     /// RFC 3339, in the future.
     #[schema(format = DateTime)]
     pub expires_at: Option<String>,
+    /// The key's own request budget, instead of `rate_limits.key_*` from the configuration.
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// A JSON merge-patch (RFC 7396) of a key: absent fields stay, `null` clears.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PatchKey {
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub name: Option<Option<String>>,
+    /// Merged into the key's own limit (members not given stay); `null` goes back to the configured one.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<RateLimitBody>)]
+    pub rate_limit: Option<Option<RateLimitBody>>,
+}
+
+impl PatchKey {
+    fn into_patch(self) -> Result<KeyPatch, ApiError> {
+        let rate_limit = match self.rate_limit {
+            Some(Some(body)) => Some(Some(body.into_patch()?)),
+            Some(None) => Some(None),
+            None => None,
+        };
+        Ok(KeyPatch { name: self.name, rate_limit })
+    }
 }
 
 /// The created key, with the plain `key`, shown this once.
@@ -45,6 +73,8 @@ pub struct CreatedKey {
     pub created_at: Timestamp,
     #[schema(value_type = Option<String>, format = DateTime)]
     pub expires_at: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
     /// `bak_...`: store it now, it is never shown again.
     pub key: String,
 }
@@ -76,6 +106,7 @@ impl CreateKey {
                 Some(at)
             }
         };
+        self.rate_limit.as_ref().map(check_rate_limit).transpose()?;
         Ok((scopes, expires_at))
     }
 }
@@ -103,6 +134,7 @@ pub async fn create(
         digest: state.hasher.digest(key.expose()).to_hex(),
         scopes,
         expires_at,
+        rate_limit: body.rate_limit,
     };
     let record = state.store.create_key(&new, &access.actor).await.map_err(|error| match error {
         StoreError::NotFound => ApiError::NotFound("the agent does not exist".to_owned()),
@@ -116,6 +148,7 @@ pub async fn create(
         scopes: record.scopes,
         created_at: record.created_at,
         expires_at: record.expires_at,
+        rate_limit: record.rate_limit,
         key: key.expose().to_owned(),
     };
     // The answer holds the only copy of the key: no cache may keep it.
@@ -140,6 +173,30 @@ pub async fn list(
     let after = page.after(&state.cursors, ListKind::Keys, agent.as_str())?;
     let rows = state.store.list_keys(agent, after.as_deref(), page.fetch_limit()).await?;
     Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Keys, agent.as_str(), |k| &k.id)))
+}
+
+/// Change a key's name or own rate limit (JSON merge-patch); applies from its next request on every replica.
+#[utoipa::path(patch, path = "/admin/v1/agents/{agent_id}/keys/{key_id}", tag = "keys", request_body = PatchKey,
+    params(("agent_id" = String, Path), ("key_id" = String, Path)),
+    security(("operator" = [])),
+    responses((status = 200, description = "The changed key", body = KeyRecord),
+               (status = 404, description = "No such agent or key", body = Problem, content_type = "application/problem+json"),
+               (status = 422, description = "Invalid values", body = Problem, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "admin.patch_key", skip_all, fields(agent = %access.agent.id))]
+pub async fn patch(
+    State(state): State<AppState>,
+    access: ManagedAgent,
+    path: PathParams,
+    JsonBody(body): JsonBody<PatchKey>,
+) -> Result<Json<KeyRecord>, ApiError> {
+    let key_id = path.get("key_id")?;
+    let patch = body.into_patch()?;
+    let record =
+        state.store.update_key(&access.agent.id, key_id, &patch, &access.actor).await.map_err(|error| match error {
+            StoreError::NotFound => ApiError::NotFound(format!("key {key_id:?} does not exist")),
+            other => other.into(),
+        })?;
+    Ok(Json(record))
 }
 
 /// Revoke a key: it is refused from the next request on, on every replica.
@@ -185,6 +242,16 @@ mod tests {
         assert_eq!(check(r#"{"scopes": ["admin"]}"#), Err(StatusCode::UNPROCESSABLE_ENTITY));
         assert_eq!(check(r#"{"scopes": "mcp"}"#), Err(StatusCode::BAD_REQUEST));
         assert_eq!(check(r#"{"key": "bak_x"}"#), Err(StatusCode::UNPROCESSABLE_ENTITY));
+    }
+
+    #[test]
+    fn own_rate_limit() {
+        assert!(check(r#"{"rateLimit": {"requestsPerSecond": 5, "burst": 10, "shared": true}}"#).is_ok());
+        assert_eq!(
+            check(r#"{"rateLimit": {"requestsPerSecond": 0, "burst": 1}}"#),
+            Err(StatusCode::UNPROCESSABLE_ENTITY)
+        );
+        assert_eq!(check(r#"{"rateLimit": {"burst": 1}}"#), Err(StatusCode::UNPROCESSABLE_ENTITY));
     }
 
     #[test]

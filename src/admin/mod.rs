@@ -24,7 +24,7 @@ pub mod audit;
 pub mod batch;
 /// Own extractors: JSON bodies, query strings and path parameters with problem+json errors.
 pub mod extract;
-/// `/agents/{agent_id}/keys`: create, list, revoke.
+/// `/agents/{agent_id}/keys`: create, list, merge-patch, revoke.
 pub mod keys;
 /// `GET /openapi.json`: the generated OpenAPI 3.1 document.
 pub mod openapi;
@@ -48,7 +48,7 @@ pub fn router() -> Router<AppState> {
         .route("/audit/export", get(audit::export))
         .route("/agents/{agent_id}", get(agents::get).patch(agents::patch).delete(agents::delete))
         .route("/agents/{agent_id}/keys", post(keys::create).get(keys::list))
-        .route("/agents/{agent_id}/keys/{key_id}", delete(keys::revoke))
+        .route("/agents/{agent_id}/keys/{key_id}", delete(keys::revoke).patch(keys::patch))
         .route("/agents/{agent_id}/resources", put(resources::put).get(resources::list).delete(resources::delete))
         .route("/agents/{agent_id}/resources/content", get(resources::content))
         .route("/agents/{agent_id}/resources/batch", post(batch::batch))

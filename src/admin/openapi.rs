@@ -23,7 +23,7 @@ use crate::error::Problem;
     ),
     paths(
         agents::create, agents::list, agents::get, agents::patch, agents::delete,
-        keys::create, keys::list, keys::revoke,
+        keys::create, keys::list, keys::patch, keys::revoke,
         resources::put, resources::list, resources::content, resources::delete, batch::batch,
         templates::put, templates::list, templates::delete,
         prompts::put, prompts::list, prompts::get, prompts::delete,

@@ -6,19 +6,24 @@ use serde_json::Value;
 use super::time::Timestamp;
 use super::{AgentId, PromptName, ResourceUri, Scope};
 
-/// An agent's share of the request budget; applies to all its keys together.
+/// A request budget: an agent's (all its keys together) or one key's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RateLimit {
     pub requests_per_second: u32,
     pub burst: u32,
+    /// Counted in the database by every replica together (exact, one database round trip per request)
+    /// instead of by each replica on its own. Shown only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
 }
 
-/// A merge-patch of a [`RateLimit`]: the members given replace the agent's, the others stay.
+/// A merge-patch of a [`RateLimit`]: the members given replace the current ones, the others stay.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RateLimitPatch {
     pub requests_per_second: Option<u32>,
     pub burst: Option<u32>,
+    pub shared: Option<bool>,
 }
 
 impl RateLimitPatch {
@@ -27,6 +32,7 @@ impl RateLimitPatch {
         Some(RateLimit {
             requests_per_second: self.requests_per_second.or(current.map(|c| c.requests_per_second))?,
             burst: self.burst.or(current.map(|c| c.burst))?,
+            shared: self.shared.or(current.map(|c| c.shared)).unwrap_or(false),
         })
     }
 }
@@ -40,6 +46,9 @@ pub struct Agent {
     pub description: Option<String>,
     pub rate_limit: Option<RateLimit>,
     pub cache_ttl_ms: Option<u64>,
+    /// Days this agent's audit records are kept (0: forever); absent: the configured retention.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit_retention_days: Option<u32>,
     /// Random per creation: SSE event ids carry it so a re-created agent never replays old ids.
     #[serde(skip)]
     pub epoch: i64,
@@ -57,6 +66,7 @@ pub struct NewAgent {
     pub description: Option<String>,
     pub rate_limit: Option<RateLimit>,
     pub cache_ttl_ms: Option<u64>,
+    pub audit_retention_days: Option<u32>,
 }
 
 /// A JSON merge-patch of an agent: `None` leaves a field alone, `Some(None)` clears it.
@@ -67,6 +77,7 @@ pub struct AgentPatch {
     /// `Some(None)` removes the agent's limit; `Some(Some(patch))` merges into it.
     pub rate_limit: Option<Option<RateLimitPatch>>,
     pub cache_ttl_ms: Option<Option<u64>>,
+    pub audit_retention_days: Option<Option<u32>>,
 }
 
 /// A stored API key: never the key itself, only its digest.
@@ -87,6 +98,16 @@ pub struct KeyRecord {
     pub last_used_at: Option<Timestamp>,
     #[schema(value_type = Option<String>, format = DateTime)]
     pub revoked_at: Option<Timestamp>,
+    /// The key's own request budget; absent: the configured per-key limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// A merge-patch of a key: its name and its own rate limit (`Some(None)` clears either).
+#[derive(Debug, Clone, Default)]
+pub struct KeyPatch {
+    pub name: Option<Option<String>>,
+    pub rate_limit: Option<Option<RateLimitPatch>>,
 }
 
 impl KeyRecord {
@@ -110,6 +131,7 @@ pub struct NewKey {
     pub digest: String,
     pub scopes: Vec<Scope>,
     pub expires_at: Option<Timestamp>,
+    pub rate_limit: Option<RateLimit>,
 }
 
 /// A resource's content: UTF-8 text or raw bytes (base64 only on the wire).

@@ -98,6 +98,8 @@ impl Session {
 pub struct Pruned {
     pub events: u64,
     pub sessions: u64,
+    /// Idle (full) shared rate-limit buckets.
+    pub rate_buckets: u64,
 }
 
 #[cfg(test)]

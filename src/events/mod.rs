@@ -38,6 +38,8 @@ pub enum BusMessage {
     AgentDeleted { agent: String },
     /// The key was revoked: refuse it from the next request on, and close its streams.
     KeyRevoked { agent: String, key: String },
+    /// The key's settings (name, own rate limit) changed: look it up again on its next request.
+    KeyChanged { agent: String, key: String },
     /// A legacy session ended (`DELETE`, or expiry noticed by a request): forget it, close its stream.
     /// `session` is the session's digest, never the id the client holds.
     SessionEnded { agent: String, session: String },

@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
 use crate::config::{AuditConfig, EventsConfig, SessionsConfig};
+use crate::domain::AgentId;
 use crate::domain::time::Timestamp;
 use crate::store::Store;
 
@@ -68,8 +69,13 @@ async fn run(store: Arc<dyn Store>, retention: Retention) {
         let now = Timestamp::now().as_micros();
         let before = |age: Duration| Timestamp::from_micros(now.saturating_sub(micros(age)));
         match store.prune(before(retention.max_age), retention.max_count, before(retention.session_idle)).await {
-            Ok(pruned) if pruned.events > 0 || pruned.sessions > 0 => {
-                tracing::debug!(events = pruned.events, sessions = pruned.sessions, "pruned");
+            Ok(pruned) if pruned.events > 0 || pruned.sessions > 0 || pruned.rate_buckets > 0 => {
+                tracing::debug!(
+                    events = pruned.events,
+                    sessions = pruned.sessions,
+                    rate_buckets = pruned.rate_buckets,
+                    "pruned"
+                );
             }
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "pruning events and sessions failed; retrying at the next tick"),
@@ -80,10 +86,16 @@ async fn run(store: Arc<dyn Store>, retention: Retention) {
     }
 }
 
-/// Prunes each agent's audit chain to its retention, oldest records first, keeping the chain verifiable.
+/// Prunes each agent's audit chain to its retention (the agent's own `auditRetentionDays`, else the
+/// configuration's; a deleted agent's chain by the configuration), oldest records first, keeping the chain
+/// verifiable.
 async fn prune_audit(store: &dyn Store, audit: &AuditConfig, now: i64) -> Result<(), crate::store::StoreError> {
     for head in store.audit_heads(None).await? {
-        let Some(keep) = audit.retention_of(&head.agent_id) else { continue };
+        let stored = match AgentId::parse(&head.agent_id) {
+            Ok(id) => store.get_agent(&id).await?.and_then(|agent| agent.audit_retention_days),
+            Err(_) => None,
+        };
+        let Some(keep) = audit.retention_of(&head.agent_id, stored) else { continue };
         let before = Timestamp::from_micros(now.saturating_sub(micros(keep)));
         loop {
             let deleted = store.prune_audit(&head.agent_id, before, AUDIT_PRUNE_BATCH).await?;

@@ -1,7 +1,7 @@
 //! The IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers-11), in their structured-field
 //! syntax: `RateLimit-Policy` lists the quota policies that apply to a request, `RateLimit` the service
-//! limit of the tightest one after it. A third field, `Hivegate-RateLimit-Scope: replica`, says that each
-//! replica counts on its own.
+//! limit of the tightest one after it. A third field, `Hivegate-RateLimit-Scope`, says how far that limit
+//! reaches: `replica` when each replica counts on its own, `shared` when every replica counts together.
 //!
 //! A token bucket of `per_second` requests a second and `burst` at most is advertised as the policy
 //! `q=<burst>;w=<burst/per_second, rounded up>`: the quota is the burst, the window the time the bucket
@@ -16,7 +16,8 @@ use super::limiter::Limit;
 
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-/// Says how far the advertised limits reach: `replica`, as every replica keeps its own buckets.
+/// Says how far the limit in `RateLimit` reaches: `replica` (this replica's own bucket) or `shared` (a bucket
+/// every replica takes from).
 pub const RATELIMIT_SCOPE: HeaderName = HeaderName::from_static("hivegate-ratelimit-scope");
 
 /// Whole seconds, rounded up (`delay-seconds` has no fractions; rounding down would promise too much).
@@ -58,11 +59,13 @@ pub struct Remaining {
 pub struct RateLimitHeaders {
     pub policy: HeaderValue,
     pub current: HeaderValue,
+    /// Whether `current` is a shared bucket's.
+    pub shared: bool,
 }
 
 impl RateLimitHeaders {
-    /// The fields for `policies` (none: no fields) and the tightest `current` limit.
-    pub fn new(policies: &[Policy], current: &Remaining) -> Option<Self> {
+    /// The fields for `policies` (none: no fields) and the tightest `current` limit (`shared` or not).
+    pub fn new(policies: &[Policy], current: &Remaining, shared: bool) -> Option<Self> {
         if policies.is_empty() {
             return None;
         }
@@ -73,14 +76,18 @@ impl RateLimitHeaders {
             .join(", ");
         let current = format!("\"{}\";r={};t={}", current.name, current.remaining, seconds_up(current.reset));
         // Names are our own constants and the rest digits: always a valid header value.
-        Some(Self { policy: HeaderValue::from_str(&policy).ok()?, current: HeaderValue::from_str(&current).ok()? })
+        Some(Self {
+            policy: HeaderValue::from_str(&policy).ok()?,
+            current: HeaderValue::from_str(&current).ok()?,
+            shared,
+        })
     }
 
     /// Sets the fields on an answer.
     pub fn apply(&self, headers: &mut HeaderMap) {
         headers.insert(RATELIMIT_POLICY, self.policy.clone());
         headers.insert(RATELIMIT, self.current.clone());
-        headers.insert(RATELIMIT_SCOPE, HeaderValue::from_static("replica"));
+        headers.insert(RATELIMIT_SCOPE, HeaderValue::from_static(if self.shared { "shared" } else { "replica" }));
     }
 }
 
@@ -96,7 +103,7 @@ mod tests {
     fn policies_are_a_structured_field_list() {
         let policies = [Policy::of_limit("agent", limit(100, 200)), Policy::of_limit("key", limit(20, 20))];
         let current = Remaining { name: "key", remaining: 7, reset: Duration::from_millis(650) };
-        let headers = RateLimitHeaders::new(&policies, &current).expect("fields");
+        let headers = RateLimitHeaders::new(&policies, &current, false).expect("fields");
         assert_eq!(headers.policy, r#""agent";q=200;w=2, "key";q=20;w=1"#);
         assert_eq!(headers.current, r#""key";r=7;t=1"#);
     }
@@ -115,7 +122,7 @@ mod tests {
         let policies = [Policy::of_limit("admin", limit(10, 10))];
         let current = Remaining { name: "admin", remaining: 0, reset: Duration::from_millis(100) };
         let mut headers = HeaderMap::new();
-        RateLimitHeaders::new(&policies, &current).expect("fields").apply(&mut headers);
+        RateLimitHeaders::new(&policies, &current, false).expect("fields").apply(&mut headers);
         assert_eq!(headers[RATELIMIT_POLICY], r#""admin";q=10;w=1"#);
         assert_eq!(headers[RATELIMIT], r#""admin";r=0;t=1"#);
         assert_eq!(headers[RATELIMIT_SCOPE], "replica");
@@ -124,6 +131,6 @@ mod tests {
     #[test]
     fn no_policy_no_fields() {
         let current = Remaining { name: "key", remaining: 0, reset: Duration::ZERO };
-        assert_eq!(RateLimitHeaders::new(&[], &current), None);
+        assert_eq!(RateLimitHeaders::new(&[], &current, false), None);
     }
 }

@@ -37,6 +37,34 @@ impl Limit {
         Duration::from_secs_f64(f64::from(self.burst()) / f64::from(self.per_second()))
     }
 
+    /// The time one token takes to come back (GCRA's emission interval), in microseconds, at least 1.
+    pub fn interval_micros(&self) -> i64 {
+        (1_000_000 / i64::from(self.per_second())).max(1)
+    }
+
+    /// How far ahead of now a bucket's theoretical arrival time may move: `burst` intervals.
+    pub fn tolerance_micros(&self) -> i64 {
+        self.interval_micros().saturating_mul(i64::from(self.burst()))
+    }
+
+    /// The outcome of a request let through when the bucket's theoretical arrival time is now `ahead`
+    /// microseconds after now (GCRA, as [`crate::store::Store::take_shared_token`] keeps it).
+    pub fn allowed_at(&self, ahead: i64) -> Outcome {
+        let ahead = ahead.max(0);
+        let left = (self.tolerance_micros() - ahead).max(0) / self.interval_micros();
+        Outcome::Allowed {
+            remaining: u32::try_from(left).unwrap_or(u32::MAX),
+            full_in: Duration::from_micros(ahead.unsigned_abs()),
+        }
+    }
+
+    /// The outcome of a request refused while the bucket's theoretical arrival time is `ahead` microseconds
+    /// after now: it is let through once one more interval fits within the tolerance.
+    pub fn refused_at(&self, ahead: i64) -> Outcome {
+        let wait = (ahead + self.interval_micros() - self.tolerance_micros()).max(1);
+        Outcome::Refused { retry_after: Duration::from_micros(wait.unsigned_abs()) }
+    }
+
     fn quota(&self) -> Quota {
         Quota::per_second(self.per_second).allow_burst(self.burst)
     }
@@ -167,6 +195,18 @@ mod tests {
         let buckets = Buckets::default();
         let Outcome::Allowed { full_in, .. } = buckets.take("k", limit(2, 10)) else { panic!("refused") };
         assert_eq!(full_in, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn shared_bucket_arithmetic_matches_gcra() {
+        let limit = limit(10, 3);
+        assert_eq!((limit.interval_micros(), limit.tolerance_micros()), (100_000, 300_000));
+        // A fresh bucket after one request: the tat is one interval ahead, two more fit.
+        assert_eq!(limit.allowed_at(100_000), Outcome::Allowed { remaining: 2, full_in: Duration::from_millis(100) });
+        assert_eq!(limit.allowed_at(300_000), Outcome::Allowed { remaining: 0, full_in: Duration::from_millis(300) });
+        // Refused with the tat 300 ms ahead: the next request fits 100 ms later.
+        assert_eq!(limit.refused_at(300_000), Outcome::Refused { retry_after: Duration::from_millis(100) });
+        assert_eq!(Limit::new(2_000_000, 1).map(|l| l.interval_micros()), Some(1), "at least a microsecond");
     }
 
     #[test]

@@ -1,11 +1,16 @@
 //! Rate limits: requests per key, per agent and per admin credential, and failed authentications per client
-//! address. Every limit is kept in this replica's memory: with `n` replicas behind a load balancer a client
-//! can get up to `n` times a limit, and the answers say so (`Hivegate-RateLimit-Scope: replica`).
+//! address. Limits are kept in this replica's memory: with `n` replicas behind a load balancer a client
+//! can get up to `n` times a limit, and the answers say so (`Hivegate-RateLimit-Scope: replica`). An agent's
+//! or a key's own `rateLimit` with `"shared": true` is instead counted in the database by every replica
+//! together ([`crate::store::Store::take_shared_token`]: one atomic upsert per request, exact across
+//! replicas), and then the answers say `Hivegate-RateLimit-Scope: shared`.
 //!
 //! - MCP (`/{agent_id}/mcp`, every method): after the key and the agent are known (the contract's order of
-//!   checks), one token per HTTP request from the key's bucket (`rate_limits.key_*`) and then from the
-//!   agent's, shared by all its keys (the agent's `rateLimit`, else `rate_limits.agent_*`). A refusal is
-//!   `McpError::RateLimited` (429, `Retry-After`, -31429 with `data.retryAfterMs`).
+//!   checks), one token per HTTP request from the key's bucket (the key's `rateLimit`, else
+//!   `rate_limits.key_*`) and then from the agent's, shared by all its keys (the agent's `rateLimit`, else
+//!   `rate_limits.agent_*`). A refusal is `McpError::RateLimited` (429, `Retry-After`, -31429 with
+//!   `data.retryAfterMs`); a shared bucket the database cannot answer for is `McpError::Unavailable` (503):
+//!   an exact limit fails closed.
 //! - Admin API: one bucket per credential (the operator token, each registry key), `rate_limits.admin_*`,
 //!   checked once the credential is accepted; a refusal is 429 problem+json with `Retry-After`.
 //! - Failed authentication: the [`gate`] middlewares around both count 401 answers per client address
@@ -32,6 +37,7 @@ use crate::error::ApiError;
 use crate::mcp::error::McpError;
 use crate::metrics::{Metrics, ScopeLabels};
 use crate::state::AppState;
+use crate::store::{Store, StoreResult};
 
 /// The client address behind trusted proxies.
 pub mod client_ip;
@@ -81,21 +87,33 @@ impl Guard {
         }
     }
 
-    /// One MCP request of `key` to `agent`: a token from the key's bucket, then from the agent's.
-    pub fn mcp(&self, key: &KeyRecord, agent: &Agent) -> Verdict {
-        let agent_limit = match &agent.rate_limit {
-            Some(limit) => Limit::new(limit.requests_per_second, limit.burst),
-            None => self.agent_default,
-        };
-        Verdict::of(&[
-            Check { policy: KEY, buckets: &self.keys, bucket: &key.id, limit: self.key_limit },
-            Check { policy: AGENT, buckets: &self.agents, bucket: agent.id.as_str(), limit: agent_limit },
-        ])
+    /// One MCP request of `key` to `agent`: a token from the key's bucket, then from the agent's; a shared
+    /// bucket is asked in `store`.
+    pub async fn mcp(&self, key: &KeyRecord, agent: &Agent, store: &dyn Store) -> StoreResult<Verdict> {
+        let (key_limit, key_shared) = own_or(key.rate_limit.as_ref(), self.key_limit);
+        let (agent_limit, agent_shared) = own_or(agent.rate_limit.as_ref(), self.agent_default);
+        Verdict::of(
+            &[
+                Check { policy: KEY, buckets: &self.keys, bucket: &key.id, limit: key_limit, shared: key_shared },
+                Check {
+                    policy: AGENT,
+                    buckets: &self.agents,
+                    bucket: agent.id.as_str(),
+                    limit: agent_limit,
+                    shared: agent_shared,
+                },
+            ],
+            Some(store),
+        )
+        .await
     }
 
     /// One admin request of `credential` (`operator` or `key:<id>`).
-    pub fn admin(&self, credential: &str) -> Verdict {
-        Verdict::of(&[Check { policy: ADMIN, buckets: &self.admins, bucket: credential, limit: self.admin_limit }])
+    pub async fn admin(&self, credential: &str) -> Verdict {
+        let check =
+            Check { policy: ADMIN, buckets: &self.admins, bucket: credential, limit: self.admin_limit, shared: false };
+        // No shared bucket, so no store to fail.
+        Verdict::of(&[check], None).await.unwrap_or_else(|_| Verdict::default())
     }
 
     /// The client address of a request from `peer` (see [`client_ip::client_ip`]).
@@ -139,7 +157,7 @@ impl Guard {
     /// The fields of an answer refused for failed authentications.
     fn failures_headers(&self, wait: Duration) -> Option<RateLimitHeaders> {
         let policy = Policy::counting(AUTH_FAILURES, self.failures.attempts(), self.failures.window());
-        RateLimitHeaders::new(&[policy], &Remaining { name: AUTH_FAILURES, remaining: 0, reset: wait })
+        RateLimitHeaders::new(&[policy], &Remaining { name: AUTH_FAILURES, remaining: 0, reset: wait }, false)
     }
 }
 
@@ -154,17 +172,26 @@ impl Drop for Reclaimer {
     }
 }
 
-/// One bucket to take a token from: `bucket` in `buckets`, under the policy named `policy`; no limit, no
-/// bucket.
+/// A record's own limit (with whether it is shared), else the configured default (kept per replica).
+fn own_or(own: Option<&crate::domain::model::RateLimit>, default: Option<Limit>) -> (Option<Limit>, bool) {
+    match own {
+        Some(limit) => (Limit::new(limit.requests_per_second, limit.burst), limit.shared),
+        None => (default, false),
+    }
+}
+
+/// One bucket to take a token from: `bucket` in `buckets` (or, when `shared`, the database's bucket
+/// `<policy>:<bucket>`), under the policy named `policy`; no limit, no bucket.
 struct Check<'a> {
     policy: &'static str,
     buckets: &'a Buckets,
     bucket: &'a str,
     limit: Option<Limit>,
+    shared: bool,
 }
 
 /// What the limits said about one request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Verdict {
     /// The time until the refusing bucket lets a request through; `None` when the request may go on.
     pub retry_after: Option<Duration>,
@@ -177,19 +204,23 @@ pub struct Verdict {
 impl Verdict {
     /// Takes a token from each limited bucket in turn, stopping at the first refusal (the buckets after it
     /// keep their tokens). The tightest service limit is the refusing one, else the one with the fewest
-    /// requests left.
-    fn of(checks: &[Check<'_>]) -> Self {
+    /// requests left. A shared check asks `store` (always given where a check may be shared).
+    async fn of(checks: &[Check<'_>], store: Option<&dyn Store>) -> StoreResult<Self> {
         let mut policies = Vec::with_capacity(checks.len());
-        let mut tightest: Option<Remaining> = None;
+        let mut tightest: Option<(Remaining, bool)> = None;
         let mut retry_after = None;
         let mut refused_by = None;
-        for &Check { policy: name, buckets, bucket, limit } in checks {
+        for &Check { policy: name, buckets, bucket, limit, shared } in checks {
             let Some(limit) = limit else { continue };
             policies.push(Policy::of_limit(name, limit));
             if retry_after.is_some() {
                 continue;
             }
-            let remaining = match buckets.take(bucket, limit) {
+            let outcome = match store {
+                Some(store) if shared => store.take_shared_token(&format!("{name}:{bucket}"), limit).await?,
+                _ => buckets.take(bucket, limit),
+            };
+            let remaining = match outcome {
                 Outcome::Allowed { remaining, full_in } => Remaining { name, remaining, reset: full_in },
                 Outcome::Refused { retry_after: wait } => {
                     retry_after = Some(wait);
@@ -197,12 +228,12 @@ impl Verdict {
                     Remaining { name, remaining: 0, reset: wait }
                 }
             };
-            if retry_after.is_some() || tightest.is_none_or(|t| remaining.remaining < t.remaining) {
-                tightest = Some(remaining);
+            if retry_after.is_some() || tightest.is_none_or(|(t, _)| remaining.remaining < t.remaining) {
+                tightest = Some((remaining, shared));
             }
         }
-        let headers = tightest.and_then(|current| RateLimitHeaders::new(&policies, &current));
-        Self { retry_after, headers, refused_by }
+        let headers = tightest.and_then(|(current, shared)| RateLimitHeaders::new(&policies, &current, shared));
+        Ok(Self { retry_after, headers, refused_by })
     }
 
     /// Leaves the fields for the [`gate`] to put on the answer, and counts a refusal in `metrics`; `Err`
@@ -297,10 +328,11 @@ mod tests {
     }
 
     fn buckets_verdict(guard: &Guard, key: &str, agent: &str) -> Verdict {
-        Verdict::of(&[
-            Check { policy: KEY, buckets: &guard.keys, bucket: key, limit: guard.key_limit },
-            Check { policy: AGENT, buckets: &guard.agents, bucket: agent, limit: guard.agent_default },
-        ])
+        let checks = [
+            Check { policy: KEY, buckets: &guard.keys, bucket: key, limit: guard.key_limit, shared: false },
+            Check { policy: AGENT, buckets: &guard.agents, bucket: agent, limit: guard.agent_default, shared: false },
+        ];
+        futures::executor::block_on(Verdict::of(&checks, None)).expect("no shared bucket, no store error")
     }
 
     #[test]

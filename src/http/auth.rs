@@ -118,7 +118,9 @@ impl BusHook for KeyCache {
             return;
         }
         match message {
-            BusMessage::KeyRevoked { key, .. } => self.forget(|record| &record.id != key),
+            BusMessage::KeyRevoked { key, .. } | BusMessage::KeyChanged { key, .. } => {
+                self.forget(|record| &record.id != key)
+            }
             BusMessage::AgentDeleted { agent } => self.forget(|record| record.agent_id.as_str() != agent),
             BusMessage::Offline | BusMessage::Resync => {}
             BusMessage::Change { .. }

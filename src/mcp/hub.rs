@@ -327,6 +327,7 @@ impl BusHook for Hub {
                 });
             }),
             BusMessage::AgentChanged { .. }
+            | BusMessage::KeyChanged { .. }
             | BusMessage::Barrier { .. }
             | BusMessage::Ack { .. }
             | BusMessage::Beat { .. }

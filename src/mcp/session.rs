@@ -189,6 +189,7 @@ impl BusHook for Sessions {
             BusMessage::Offline | BusMessage::Resync => {}
             BusMessage::Change { .. }
             | BusMessage::AgentChanged { .. }
+            | BusMessage::KeyChanged { .. }
             | BusMessage::Barrier { .. }
             | BusMessage::Ack { .. }
             | BusMessage::Beat { .. }

@@ -115,17 +115,20 @@ pub(super) async fn admit(
     if !key.has_scope(Scope::Mcp) {
         return Err(McpError::Forbidden("the key does not have scope mcp"));
     }
-    rate_limit(state, parts, &key, &agent)?;
+    rate_limit(state, parts, &key, &agent).await?;
     Ok(Admitted { agent, key })
 }
 
 /// One token per HTTP request from the key's bucket and from the agent's, which all its keys share
-/// ([`crate::guard`]); refusal is `McpError::RateLimited` (429 + `Retry-After`, -31429). Allowed or not, the
-/// `RateLimit*` fields are left for the guard's middleware to put on the answer.
-fn rate_limit(state: &AppState, parts: &Parts, key: &KeyRecord, agent: &Agent) -> Result<(), McpError> {
-    state
-        .guard
-        .mcp(key, agent)
+/// ([`crate::guard`]); refusal is `McpError::RateLimited` (429 + `Retry-After`, -31429), a shared bucket the
+/// database cannot answer for `McpError::Unavailable` (503). Allowed or not, the `RateLimit*` fields are left
+/// for the guard's middleware to put on the answer.
+async fn rate_limit(state: &AppState, parts: &Parts, key: &KeyRecord, agent: &Agent) -> Result<(), McpError> {
+    let verdict = state.guard.mcp(key, agent, state.store.as_ref()).await.map_err(|error| {
+        tracing::warn!(%error, "shared rate limit unavailable");
+        McpError::Unavailable
+    })?;
+    verdict
         .settle(&parts.extensions, &state.metrics)
         .map_err(|wait| McpError::RateLimited { retry_after_ms: crate::guard::millis_up(wait) })
 }

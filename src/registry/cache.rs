@@ -257,6 +257,7 @@ impl BusHook for RegistryCache {
             BusMessage::AgentChanged { agent } | BusMessage::AgentDeleted { agent } => self.drop_agent(agent),
             BusMessage::Offline | BusMessage::Resync => {}
             BusMessage::KeyRevoked { .. }
+            | BusMessage::KeyChanged { .. }
             | BusMessage::Barrier { .. }
             | BusMessage::Ack { .. }
             | BusMessage::Beat { .. }

@@ -101,8 +101,14 @@ async fn a_load_that_races_an_invalidation_is_not_kept() {
 async fn agent_rows_are_cached_and_dropped() {
     let f = fixture(DEFAULT_MAX_BYTES).await;
     let actor = Actor { name: "operator".into(), request_id: None };
-    let new =
-        NewAgent { id: agent("bot"), name: "Bot".into(), description: None, rate_limit: None, cache_ttl_ms: None };
+    let new = NewAgent {
+        id: agent("bot"),
+        name: "Bot".into(),
+        description: None,
+        rate_limit: None,
+        cache_ttl_ms: None,
+        audit_retention_days: None,
+    };
     f.store.create_agent(&new, &actor).await.expect("agent");
     assert_eq!(f.cache.agent(&agent("bot")).await.expect("read").expect("exists").name, "Bot");
     assert!(f.cache.agent(&agent("nobody")).await.expect("read").is_none());

@@ -7,8 +7,8 @@
 use async_trait::async_trait;
 
 use crate::domain::model::{
-    Actor, Agent, AgentPatch, AuditFilter, AuditRecord, ChangeEvent, Content, KeyRecord, NewAgent, NewKey, NewPrompt,
-    NewResource, NewResourceTemplate, Prompt, Resource, ResourceTemplate,
+    Actor, Agent, AgentPatch, AuditFilter, AuditRecord, ChangeEvent, Content, KeyPatch, KeyRecord, NewAgent, NewKey,
+    NewPrompt, NewResource, NewResourceTemplate, Prompt, Resource, ResourceTemplate,
 };
 use crate::domain::session::{Pruned, Session, SessionDigest};
 use crate::domain::time::Timestamp;
@@ -126,6 +126,15 @@ pub trait Store: Send + Sync + 'static {
     async fn list_keys(&self, agent: &AgentId, after: After<'_>, limit: u32) -> StoreResult<Vec<KeyRecord>>;
     /// Sets `revoked_at`; `NotFound` if the key does not exist or belongs to another agent.
     async fn revoke_key(&self, agent: &AgentId, key_id: &str, actor: &Actor) -> StoreResult<()>;
+    /// Merges `patch` into the key (name, own rate limit); `NotFound` if the key does not exist or belongs to
+    /// another agent.
+    async fn update_key(
+        &self,
+        agent: &AgentId,
+        key_id: &str,
+        patch: &KeyPatch,
+        actor: &Actor,
+    ) -> StoreResult<KeyRecord>;
     async fn find_key(&self, digest_hex: &str) -> StoreResult<Option<KeyRecord>>;
     /// Records use of a key (callers write it at most once a minute per key).
     async fn touch_key(&self, key_id: &str) -> StoreResult<()>;
@@ -184,6 +193,14 @@ pub trait Store: Send + Sync + 'static {
     async fn prune_audit(&self, agent: &str, before: Timestamp, max: u32) -> StoreResult<u64>;
     /// Records of `agent`'s chain after position `after_seq`, in chain order, at most `limit`.
     async fn audit_chain_page(&self, agent: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<AuditRecord>>;
+
+    /// Takes one token from the shared token bucket `bucket` (every replica's requests together), atomically;
+    /// the bucket is created full on first use and pruned once full again.
+    async fn take_shared_token(
+        &self,
+        bucket: &str,
+        limit: crate::guard::limiter::Limit,
+    ) -> StoreResult<crate::guard::limiter::Outcome>;
 
     /// How many database connections are open, idle and allowed.
     fn pool_usage(&self) -> PoolUsage;

@@ -24,7 +24,9 @@ pub(super) struct AgentRow {
     description: Option<String>,
     rate_limit_rps: Option<i64>,
     rate_limit_burst: Option<i64>,
+    rate_limit_shared: bool,
     cache_ttl_ms: Option<i64>,
+    audit_retention_days: Option<i64>,
     epoch: i64,
     created_at: i64,
     updated_at: i64,
@@ -32,23 +34,33 @@ pub(super) struct AgentRow {
 
 impl AgentRow {
     pub(super) fn into_agent(self) -> StoreResult<Agent> {
-        let rate_limit = match (self.rate_limit_rps, self.rate_limit_burst) {
-            (Some(rps), Some(burst)) => Some(RateLimit {
-                requests_per_second: to_u32(rps, "rate_limit_rps")?,
-                burst: to_u32(burst, "rate_limit_burst")?,
-            }),
-            _ => None,
-        };
+        let rate_limit = rate_limit(self.rate_limit_rps, self.rate_limit_burst, self.rate_limit_shared)?;
         Ok(Agent {
             id: agent_id(&self.agent_id)?,
             name: self.name,
             description: self.description,
             rate_limit,
             cache_ttl_ms: self.cache_ttl_ms.map(|ms| to_u64(ms, "cache_ttl_ms")).transpose()?,
+            audit_retention_days: self
+                .audit_retention_days
+                .map(|days| to_u32(days, "audit_retention_days"))
+                .transpose()?,
             epoch: self.epoch,
             created_at: Timestamp::from_micros(self.created_at),
             updated_at: Timestamp::from_micros(self.updated_at),
         })
+    }
+}
+
+/// A stored rate limit: both columns set, or none.
+fn rate_limit(rps: Option<i64>, burst: Option<i64>, shared: bool) -> StoreResult<Option<RateLimit>> {
+    match (rps, burst) {
+        (Some(rps), Some(burst)) => Ok(Some(RateLimit {
+            requests_per_second: to_u32(rps, "rate_limit_rps")?,
+            burst: to_u32(burst, "rate_limit_burst")?,
+            shared,
+        })),
+        _ => Ok(None),
     }
 }
 
@@ -63,6 +75,9 @@ pub(super) struct KeyRow {
     expires_at: Option<i64>,
     last_used_at: Option<i64>,
     revoked_at: Option<i64>,
+    rate_limit_rps: Option<i64>,
+    rate_limit_burst: Option<i64>,
+    rate_limit_shared: bool,
 }
 
 impl KeyRow {
@@ -77,6 +92,7 @@ impl KeyRow {
             expires_at: self.expires_at.map(Timestamp::from_micros),
             last_used_at: self.last_used_at.map(Timestamp::from_micros),
             revoked_at: self.revoked_at.map(Timestamp::from_micros),
+            rate_limit: rate_limit(self.rate_limit_rps, self.rate_limit_burst, self.rate_limit_shared)?,
         })
     }
 }

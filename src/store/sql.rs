@@ -150,13 +150,15 @@ macro_rules! resource_content_columns {
 
 macro_rules! agent_columns {
     () => {
-        "agent_id, name, description, rate_limit_rps, rate_limit_burst, cache_ttl_ms, epoch, created_at, updated_at"
+        "agent_id, name, description, rate_limit_rps, rate_limit_burst, rate_limit_shared, cache_ttl_ms, \
+         audit_retention_days, epoch, created_at, updated_at"
     };
 }
 
 macro_rules! key_columns {
     () => {
-        "api_key_id, agent_id, name, prefix, scopes, created_at, expires_at, last_used_at, revoked_at"
+        "api_key_id, agent_id, name, prefix, scopes, created_at, expires_at, last_used_at, revoked_at, \
+         rate_limit_rps, rate_limit_burst, rate_limit_shared"
     };
 }
 
@@ -200,8 +202,8 @@ macro_rules! impl_store {
     ($store:ty, $db:ty, $backend:literal) => {
         const _: () = {
             use $crate::domain::model::{
-                Actor, Agent, AgentPatch, AuditFilter, AuditRecord, ChangeEvent, Content, KeyRecord, NewAgent, NewKey,
-                NewPrompt, NewResource, NewResourceTemplate, Prompt, Resource, ResourceTemplate,
+                Actor, Agent, AgentPatch, AuditFilter, AuditRecord, ChangeEvent, Content, KeyPatch, KeyRecord, NewAgent,
+                NewKey, NewPrompt, NewResource, NewResourceTemplate, Prompt, Resource, ResourceTemplate,
             };
             use $crate::domain::audit::ChainHead;
             use $crate::domain::session::{Pruned, Session, SessionDigest};

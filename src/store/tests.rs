@@ -16,12 +16,13 @@ use super::sqlite::SqliteStore;
 use super::{Store, StoreError};
 use crate::config::DatabaseConfig;
 use crate::domain::model::{
-    Actor, AgentPatch, Content, NewAgent, NewKey, NewPrompt, NewResource, NewResourceTemplate, PromptMessage,
-    RateLimitPatch, Role,
+    Actor, AgentPatch, Content, KeyPatch, NewAgent, NewKey, NewPrompt, NewResource, NewResourceTemplate, PromptMessage,
+    RateLimit, RateLimitPatch, Role,
 };
 use crate::domain::{AgentId, PromptName, ResourceUri, Scope};
 use crate::events::postgres::{LISTENER_APPLICATION_NAME, PgBus};
 use crate::events::{BusMessage, LocalBus};
+use crate::guard::limiter::{Limit, Outcome};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -38,7 +39,14 @@ fn actor() -> Actor {
 }
 
 fn new_agent(id: &str) -> NewAgent {
-    NewAgent { id: agent_id(id), name: format!("Agent {id}"), description: None, rate_limit: None, cache_ttl_ms: None }
+    NewAgent {
+        id: agent_id(id),
+        name: format!("Agent {id}"),
+        description: None,
+        rate_limit: None,
+        cache_ttl_ms: None,
+        audit_retention_days: None,
+    }
 }
 
 fn new_key(agent: &str, digest: &str) -> NewKey {
@@ -50,6 +58,7 @@ fn new_key(agent: &str, digest: &str) -> NewKey {
         digest: digest.to_owned(),
         scopes: vec![Scope::Mcp, Scope::Registry],
         expires_at: None,
+        rate_limit: None,
     }
 }
 
@@ -125,7 +134,7 @@ async fn story(store: &dyn Store, bus: &mut Receiver<BusMessage>) -> TestResult 
     assert_eq!(rest.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), ["story"]);
     let patch = AgentPatch {
         description: Some(Some("helps".to_owned())),
-        rate_limit: Some(Some(RateLimitPatch { requests_per_second: Some(5), burst: Some(10) })),
+        rate_limit: Some(Some(RateLimitPatch { requests_per_second: Some(5), burst: Some(10), shared: None })),
         ..AgentPatch::default()
     };
     let updated = store.update_agent(&story, &patch, &actor).await?;
@@ -326,6 +335,86 @@ async fn story(store: &dyn Store, bus: &mut Receiver<BusMessage>) -> TestResult 
     assert_eq!(next_message(bus).await, change("story", 1));
     store.ping().await?;
     Ok(())
+}
+
+/// Shared token buckets and per-key limits: what the guard's shared mode and `PATCH .../keys/{id}` rely on.
+async fn limits(store: &dyn Store) -> TestResult {
+    let actor = actor();
+    // A bucket of 3 at 1 a second: taken 10 times in a row, it lets through its burst plus what came back
+    // meanwhile (nothing, unless the machine stalls for a second), and refuses the rest with a wait of at
+    // most one interval.
+    let limit = Limit::new(1, 3).ok_or("a limit")?;
+    let started = std::time::Instant::now();
+    let mut allowed = Vec::new();
+    let mut refusals = 0;
+    for _ in 0..10 {
+        match store.take_shared_token("agent:limits", limit).await? {
+            Outcome::Allowed { remaining, .. } => allowed.push(remaining),
+            Outcome::Refused { retry_after } => {
+                assert!(retry_after > Duration::ZERO && retry_after <= Duration::from_secs(1), "{retry_after:?}");
+                refusals += 1;
+            }
+        }
+    }
+    let came_back = usize::try_from(started.elapsed().as_secs()).unwrap_or(usize::MAX);
+    assert_eq!(allowed[..3], [2, 1, 0], "the burst, counting down");
+    assert!(allowed.len() <= 3 + came_back, "{allowed:?} after {came_back} s");
+    assert_eq!(allowed.len() + refusals, 10);
+    // Another bucket is full.
+    assert!(matches!(store.take_shared_token("key:other", limit).await?, Outcome::Allowed { remaining: 2, .. }));
+
+    // A key's own limit: set at creation, merged, cleared; the change is announced so caches drop the key.
+    let agent = agent_id("limits");
+    store.create_agent(&new_agent("limits"), &actor).await?;
+    let key = store
+        .create_key(
+            &NewKey {
+                rate_limit: Some(RateLimit { requests_per_second: 5, burst: 10, shared: false }),
+                ..new_key("limits", "ffff")
+            },
+            &actor,
+        )
+        .await?;
+    assert_eq!(key.rate_limit.map(|l| (l.requests_per_second, l.burst)), Some((5, 10)));
+    let merge = KeyPatch {
+        name: Some(None),
+        rate_limit: Some(Some(RateLimitPatch { burst: Some(20), shared: Some(true), ..RateLimitPatch::default() })),
+    };
+    let merged = store.update_key(&agent, &key.id, &merge, &actor).await?;
+    assert_eq!(merged.rate_limit, Some(RateLimit { requests_per_second: 5, burst: 20, shared: true }));
+    assert_eq!(merged.name, None);
+    let found = store.find_key("ffff").await?.ok_or("the key")?;
+    assert_eq!(found.rate_limit, merged.rate_limit);
+    let clear = KeyPatch { rate_limit: Some(None), ..KeyPatch::default() };
+    assert_eq!(store.update_key(&agent, &key.id, &clear, &actor).await?.rate_limit, None);
+    let partial = KeyPatch {
+        rate_limit: Some(Some(RateLimitPatch { burst: Some(1), ..RateLimitPatch::default() })),
+        ..KeyPatch::default()
+    };
+    assert!(matches!(store.update_key(&agent, &key.id, &partial, &actor).await, Err(StoreError::Invalid(_))));
+    assert!(matches!(
+        store.update_key(&agent_id("story"), &key.id, &KeyPatch::default(), &actor).await,
+        Err(StoreError::NotFound)
+    ));
+    // The agent's audit retention.
+    let patch = AgentPatch { audit_retention_days: Some(Some(7)), ..AgentPatch::default() };
+    assert_eq!(store.update_agent(&agent, &patch, &actor).await?.audit_retention_days, Some(7));
+    assert_eq!(store.get_agent(&agent).await?.ok_or("agent")?.audit_retention_days, Some(7));
+    Ok(())
+}
+
+#[tokio::test]
+async fn sqlite_limits() -> TestResult {
+    let file = ScratchFile::new();
+    let store = sqlite_store(&file.url(), LocalBus::new()).await?;
+    limits(&store).await
+}
+
+#[tokio::test]
+async fn postgres_limits() -> TestResult {
+    let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
+    let store = pg_store(&db.url).await?;
+    limits(&store).await
 }
 
 /// The audit actions written for the story's agent, oldest first.

@@ -217,6 +217,7 @@ macro_rules! impl_store_methods {
                     description: agent.description.clone(),
                     rate_limit: agent.rate_limit,
                     cache_ttl_ms: agent.cache_ttl_ms,
+                    audit_retention_days: agent.audit_retention_days,
                     epoch: rand::random_range(1..=i64::MAX),
                     created_at: now,
                     updated_at: now,
@@ -224,15 +225,17 @@ macro_rules! impl_store_methods {
                 let mut tx = self.begin_write().await?;
                 sqlx::query::<$db>(
                     "insert into agent (agent_id, name, description, rate_limit_rps, rate_limit_burst, \
-                     cache_ttl_ms, epoch, event_seq, created_at, updated_at) \
-                     values ($1, $2, $3, $4, $5, $6, $7, 0, $8, $8)",
+                     rate_limit_shared, cache_ttl_ms, audit_retention_days, epoch, event_seq, created_at, \
+                     updated_at) values ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $10)",
                 )
                 .bind(created.id.as_str())
                 .bind(created.name.as_str())
                 .bind(created.description.as_deref())
                 .bind(created.rate_limit.map(|limit| i64::from(limit.requests_per_second)))
                 .bind(created.rate_limit.map(|limit| i64::from(limit.burst)))
+                .bind(created.rate_limit.is_some_and(|limit| limit.shared))
                 .bind(created.cache_ttl_ms.map(to_i64))
+                .bind(created.audit_retention_days.map(i64::from))
                 .bind(created.epoch)
                 .bind(now.as_micros())
                 .execute(&mut *tx)
@@ -311,17 +314,23 @@ macro_rules! impl_store_methods {
                 if let Some(cache_ttl_ms) = patch.cache_ttl_ms {
                     after.cache_ttl_ms = cache_ttl_ms;
                 }
+                if let Some(days) = patch.audit_retention_days {
+                    after.audit_retention_days = days;
+                }
                 after.updated_at = now;
                 sqlx::query::<$db>(
                     "update agent set name = $2, description = $3, rate_limit_rps = $4, rate_limit_burst = $5, \
-                     cache_ttl_ms = $6, updated_at = $7 where agent_id = $1",
+                     rate_limit_shared = $6, cache_ttl_ms = $7, audit_retention_days = $8, updated_at = $9 \
+                     where agent_id = $1",
                 )
                 .bind(id.as_str())
                 .bind(after.name.as_str())
                 .bind(after.description.as_deref())
                 .bind(after.rate_limit.map(|limit| i64::from(limit.requests_per_second)))
                 .bind(after.rate_limit.map(|limit| i64::from(limit.burst)))
+                .bind(after.rate_limit.is_some_and(|limit| limit.shared))
                 .bind(after.cache_ttl_ms.map(to_i64))
+                .bind(after.audit_retention_days.map(i64::from))
                 .bind(now.as_micros())
                 .execute(&mut *tx)
                 .await
@@ -379,12 +388,14 @@ macro_rules! impl_store_methods {
                     expires_at: key.expires_at,
                     last_used_at: None,
                     revoked_at: None,
+                    rate_limit: key.rate_limit,
                 };
                 let mut tx = self.begin_write().await?;
                 // An unknown agent violates the foreign key: `NotFound`.
                 sqlx::query::<$db>(
                     "insert into api_key (api_key_id, agent_id, name, prefix, digest, scopes, created_at, \
-                     updated_at, expires_at) values ($1, $2, $3, $4, $5, $6, $7, $7, $8)",
+                     updated_at, expires_at, rate_limit_rps, rate_limit_burst, rate_limit_shared) \
+                     values ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $11)",
                 )
                 .bind(record.id.as_str())
                 .bind(record.agent_id.as_str())
@@ -394,6 +405,9 @@ macro_rules! impl_store_methods {
                 .bind(scopes_text(&record.scopes))
                 .bind(now.as_micros())
                 .bind(record.expires_at.map(Timestamp::as_micros))
+                .bind(record.rate_limit.map(|limit| i64::from(limit.requests_per_second)))
+                .bind(record.rate_limit.map(|limit| i64::from(limit.burst)))
+                .bind(record.rate_limit.is_some_and(|limit| limit.shared))
                 .execute(&mut *tx)
                 .await
                 .map_err(Self::error)?;
@@ -460,6 +474,111 @@ macro_rules! impl_store_methods {
                 Self::insert_audit(&mut tx, audit, now).await?;
                 let revoked = BusMessage::KeyRevoked { agent: agent.to_string(), key: key_id.to_owned() };
                 self.commit(tx, vec![revoked]).await
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent, key = key_id))]
+            async fn update_key(
+                &self,
+                agent: &AgentId,
+                key_id: &str,
+                patch: &KeyPatch,
+                actor: &Actor,
+            ) -> StoreResult<KeyRecord> {
+                let now = Timestamp::now();
+                let mut tx = self.begin_write().await?;
+                let before = sqlx::query_as::<$db, KeyRow>(concat!(
+                    "select ",
+                    key_columns!(),
+                    " from api_key where api_key_id = $1 and agent_id = $2"
+                ))
+                .bind(key_id)
+                .bind(agent.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(Self::error)?
+                .ok_or(StoreError::NotFound)?
+                .into_key()?;
+                let mut after = before.clone();
+                if let Some(name) = &patch.name {
+                    after.name = name.clone();
+                }
+                match patch.rate_limit {
+                    None => {}
+                    Some(None) => after.rate_limit = None,
+                    Some(Some(limit)) => {
+                        after.rate_limit = Some(limit.apply_to(before.rate_limit).ok_or_else(|| {
+                            StoreError::Invalid(
+                                "the key has no rateLimit to merge into: give both requestsPerSecond and burst"
+                                    .to_owned(),
+                            )
+                        })?);
+                    }
+                }
+                sqlx::query::<$db>(
+                    "update api_key set name = $3, rate_limit_rps = $4, rate_limit_burst = $5, \
+                     rate_limit_shared = $6, updated_at = $7 where api_key_id = $1 and agent_id = $2",
+                )
+                .bind(key_id)
+                .bind(agent.as_str())
+                .bind(after.name.as_deref())
+                .bind(after.rate_limit.map(|limit| i64::from(limit.requests_per_second)))
+                .bind(after.rate_limit.map(|limit| i64::from(limit.burst)))
+                .bind(after.rate_limit.is_some_and(|limit| limit.shared))
+                .bind(now.as_micros())
+                .execute(&mut *tx)
+                .await
+                .map_err(Self::error)?;
+                let audit = Audit {
+                    agent,
+                    actor,
+                    action: "key.update",
+                    target: key_id,
+                    before: Some(record_digest(&before, None)),
+                    after: Some(record_digest(&after, None)),
+                };
+                Self::insert_audit(&mut tx, audit, now).await?;
+                let changed = BusMessage::KeyChanged { agent: agent.to_string(), key: key_id.to_owned() };
+                self.commit(tx, vec![changed]).await?;
+                Ok(after)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn take_shared_token(
+                &self,
+                bucket: &str,
+                limit: $crate::guard::limiter::Limit,
+            ) -> StoreResult<$crate::guard::limiter::Outcome> {
+                // GCRA in one atomic upsert: a request is let through when moving the bucket's theoretical
+                // arrival time (`tat`) one interval past max(tat, now) leaves it within the burst's tolerance
+                // of now; otherwise no row comes back and nothing changes.
+                let now = Timestamp::now().as_micros();
+                let interval = limit.interval_micros();
+                let tolerance = limit.tolerance_micros();
+                let tat = sqlx::query_scalar::<$db, i64>(
+                    "insert into rate_bucket (bucket, tat, created_at, updated_at) values ($1, $2 + $3, $2, $2) \
+                     on conflict (bucket) do update \
+                     set tat = (case when rate_bucket.tat > $2 then rate_bucket.tat else $2 end) + $3, \
+                         updated_at = $2 \
+                     where (case when rate_bucket.tat > $2 then rate_bucket.tat else $2 end) + $3 - $2 <= $4 \
+                     returning tat",
+                )
+                .bind(bucket)
+                .bind(now)
+                .bind(interval)
+                .bind(tolerance)
+                .fetch_optional(self.writer())
+                .await
+                .map_err(Self::error)?;
+                if let Some(tat) = tat {
+                    return Ok(limit.allowed_at(tat - now));
+                }
+                let tat = sqlx::query_scalar::<$db, i64>("select tat from rate_bucket where bucket = $1")
+                    .bind(bucket)
+                    .fetch_optional(self.writer())
+                    .await
+                    .map_err(Self::error)?
+                    .unwrap_or(now);
+                Ok(limit.refused_at(tat - now))
             }
 
             #[tracing::instrument(skip_all)]

@@ -238,7 +238,16 @@ macro_rules! impl_session_sql {
                         sessions_idle_before.as_micros(),
                     )
                     .await?;
-                Ok(Pruned { events: by_age + by_count, sessions })
+                // A shared token bucket whose theoretical arrival time has passed is full: forgetting it changes
+                // nothing (the next request starts a full one).
+                let rate_buckets = self
+                    .sql_prune_batches(
+                        "delete from rate_bucket where bucket in \
+                         (select bucket from rate_bucket where tat < $1 limit $2)",
+                        Timestamp::now().as_micros(),
+                    )
+                    .await?;
+                Ok(Pruned { events: by_age + by_count, sessions, rate_buckets })
             }
         }
     };
