@@ -1,5 +1,6 @@
-//! Rate limits: per key, per agent (shared by its keys, following PATCH), per admin credential, failed
-//! authentications per client address (with `X-Forwarded-For` from trusted proxies only), and the
+//! Rate limits: per key (configured, or the key's own through the admin API), per agent (shared by its keys,
+//! following PATCH), shared by every replica when asked (counted in the database), per admin credential,
+//! failed authentications per client address (with `X-Forwarded-For` from trusted proxies only), and the
 //! `RateLimit-Policy` / `RateLimit` fields on the answers.
 
 use std::time::Duration;
@@ -8,7 +9,9 @@ use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-use crate::helpers::{Api, Backend, TestApp, expect_json, expect_problem, spawn_app_with};
+use crate::helpers::{
+    Api, Backend, HivegateProcess, OPERATOR_TOKEN, TestApp, TestDatabase, expect_json, expect_problem, spawn_app_with,
+};
 use crate::mcp_client::{Answer, Mcp, after_write, agent_with_key};
 
 both!(
@@ -17,6 +20,8 @@ both!(
     admin_limit_per_credential,
     failed_authentications_block_the_client,
     forwarded_for_only_from_trusted_proxies,
+    a_keys_own_limit_is_set_and_patched_through_the_admin_api,
+    a_shared_limit_is_counted_in_the_database,
 );
 
 /// The application with `configure` applied to its rate limits (the suite's others are generous).
@@ -259,4 +264,177 @@ async fn forwarded_for_only_from_trusted_proxies(backend: Backend) {
     // When the window has ended, the client may try again.
     tokio::time::sleep(Duration::from_millis(3100)).await;
     Answer::of(from("198.51.100.1", &key).send().await.unwrap()).await.result();
+}
+
+/// A `ping` of `agent` with `key` on any replica.
+async fn ping(api: &impl Api, agent: &str, key: &str) -> Answer {
+    let request = api
+        .with_key(Method::POST, &format!("/{agent}/mcp"), key)
+        .header("content-type", "application/json")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+    Answer::of(request.send().await.unwrap()).await
+}
+
+async fn a_keys_own_limit_is_set_and_patched_through_the_admin_api(backend: Backend) {
+    let app = spawn_limited(backend, |limits| {
+        limits.key_requests_per_second = 1000;
+        limits.key_burst = 1000;
+        limits.agent_requests_per_second = 0;
+    })
+    .await;
+    app.create_agent("bot").await;
+    let response = app
+        .op(Method::POST, "/admin/v1/agents/bot/keys")
+        .json(&json!({"name": "tight", "rateLimit": {"requestsPerSecond": 1, "burst": 2}}))
+        .send()
+        .await
+        .unwrap();
+    let created = expect_json(response, StatusCode::CREATED).await;
+    assert_eq!(created["rateLimit"], json!({"requestsPerSecond": 1, "burst": 2}));
+    let (key, key_id) = (created["key"].as_str().unwrap().to_owned(), created["id"].as_str().unwrap().to_owned());
+    let loose = app.issue_key("bot", &["mcp"]).await.key;
+
+    // The key's own limit replaces the configured one for that key only.
+    let first = ping(&app, "bot", &key).await;
+    first.result();
+    assert_eq!(field(&first.headers, "ratelimit-policy"), r#""key";q=2;w=2"#);
+    let (refused, allowed) = exhaust(10, || ping(&app, "bot", &key)).await;
+    assert_eq!(allowed, 1, "a burst of 2, one taken before");
+    assert_refused(&refused);
+    let other = ping(&app, "bot", &loose).await;
+    assert_eq!(field(&other.headers, "ratelimit-policy"), r#""key";q=1000;w=1"#);
+
+    // PATCH merges into it and applies from the next request; the list shows it, never the key.
+    let path = format!("/admin/v1/agents/bot/keys/{key_id}");
+    let response = app.op(Method::PATCH, &path).json(&json!({"rateLimit": {"burst": 50}})).send().await.unwrap();
+    let patched = expect_json(response, StatusCode::OK).await;
+    assert_eq!(patched["rateLimit"], json!({"requestsPerSecond": 1, "burst": 50}));
+    assert_eq!(patched["name"], "tight");
+    assert!(patched.get("key").is_none(), "{patched}");
+    after_write(backend, "the key's new limit", || async {
+        let answer = ping(&app, "bot", &key).await;
+        (answer.status == StatusCode::OK && field(&answer.headers, "ratelimit-policy") == r#""key";q=50;w=50"#)
+            .then_some(())
+    })
+    .await;
+    let listed = expect_json(app.op(Method::GET, "/admin/v1/agents/bot/keys").send().await.unwrap(), StatusCode::OK);
+    let listed = listed.await;
+    let item = listed["items"].as_array().unwrap().iter().find(|k| k["id"] == key_id.as_str()).cloned();
+    assert_eq!(item.expect("the key is listed")["rateLimit"]["burst"], 50);
+
+    // Bad values change nothing: 422 for a zero rate or a partial limit on a key without one, 404 elsewhere.
+    let bad = app.op(Method::PATCH, &path).json(&json!({"rateLimit": {"requestsPerSecond": 0}})).send().await;
+    expect_problem(bad.unwrap(), StatusCode::UNPROCESSABLE_ENTITY).await;
+    let loose_id = expect_json(app.op(Method::GET, "/admin/v1/agents/bot/keys").send().await.unwrap(), StatusCode::OK)
+        .await["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["id"] != key_id.as_str())
+        .map(|k| k["id"].as_str().unwrap().to_owned())
+        .expect("the other key");
+    let partial = app
+        .op(Method::PATCH, &format!("/admin/v1/agents/bot/keys/{loose_id}"))
+        .json(&json!({"rateLimit": {"burst": 3}}))
+        .send()
+        .await;
+    expect_problem(partial.unwrap(), StatusCode::UNPROCESSABLE_ENTITY).await;
+    let unknown = app.op(Method::PATCH, &path).json(&json!({"scopes": ["registry"]})).send().await;
+    expect_problem(unknown.unwrap(), StatusCode::UNPROCESSABLE_ENTITY).await;
+    let missing = app.op(Method::PATCH, "/admin/v1/agents/bot/keys/nope").json(&json!({})).send().await;
+    expect_problem(missing.unwrap(), StatusCode::NOT_FOUND).await;
+    let unchanged = ping(&app, "bot", &key).await;
+    assert_eq!(field(&unchanged.headers, "ratelimit-policy"), r#""key";q=50;w=50"#);
+    // `null` goes back to the configured limit.
+    let response = app.op(Method::PATCH, &path).json(&json!({"rateLimit": null})).send().await.unwrap();
+    assert!(expect_json(response, StatusCode::OK).await.get("rateLimit").is_none());
+    after_write(backend, "the configured limit again", || async {
+        let answer = ping(&app, "bot", &key).await;
+        (field(&answer.headers, "ratelimit-policy") == r#""key";q=1000;w=1"#).then_some(())
+    })
+    .await;
+}
+
+async fn a_shared_limit_is_counted_in_the_database(backend: Backend) {
+    let app = spawn_limited(backend, |limits| {
+        limits.key_requests_per_second = 1000;
+        limits.key_burst = 1000;
+    })
+    .await;
+    let response = app
+        .op(Method::POST, "/admin/v1/agents")
+        .json(&json!({"id": "bot", "name": "Bot", "rateLimit": {"requestsPerSecond": 1, "burst": 4, "shared": true}}))
+        .send()
+        .await
+        .unwrap();
+    let agent = expect_json(response, StatusCode::CREATED).await;
+    assert_eq!(agent["rateLimit"], json!({"requestsPerSecond": 1, "burst": 4, "shared": true}));
+    let key = app.issue_key("bot", &["mcp"]).await.key;
+
+    let first = ping(&app, "bot", &key).await;
+    first.result();
+    assert_eq!(field(&first.headers, "ratelimit-policy"), r#""key";q=1000;w=1, "agent";q=4;w=4"#);
+    assert_eq!(remaining(&first.headers, "agent"), 3);
+    assert_eq!(field(&first.headers, "hivegate-ratelimit-scope"), "shared", "the tightest limit is the shared one");
+    assert_eq!(app.db.count("select count(*) from rate_bucket where bucket = 'agent:bot'").await, 1);
+    let (refused, _) = exhaust(20, || ping(&app, "bot", &key)).await;
+    let retry_after_ms = assert_refused(&refused);
+    assert_eq!(field(&refused.headers, "hivegate-ratelimit-scope"), "shared");
+    tokio::time::sleep(Duration::from_millis(retry_after_ms + 50)).await;
+    ping(&app, "bot", &key).await.result();
+
+    // Back to a per-replica limit: the answers say so.
+    let response = app
+        .op(Method::PATCH, "/admin/v1/agents/bot")
+        .json(&json!({"rateLimit": {"shared": false, "burst": 100}}))
+        .send()
+        .await
+        .unwrap();
+    let patched = expect_json(response, StatusCode::OK).await;
+    assert_eq!(patched["rateLimit"], json!({"requestsPerSecond": 1, "burst": 100}));
+    after_write(backend, "the per-replica limit", || async {
+        let answer = ping(&app, "bot", &key).await;
+        (answer.status == StatusCode::OK && field(&answer.headers, "hivegate-ratelimit-scope") == "replica")
+            .then_some(())
+    })
+    .await;
+}
+
+/// The exact limit across replicas: two hivegate processes on one PostgreSQL database take from one bucket,
+/// so together they let through the burst once, where per-replica buckets would let it through twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_limit_holds_across_two_processes() {
+    let db = TestDatabase::new(Backend::Postgres).await;
+    let (a, b) = tokio::join!(
+        HivegateProcess::start(db.url(), Some(OPERATOR_TOKEN)),
+        HivegateProcess::start(db.url(), Some(OPERATOR_TOKEN))
+    );
+    let response = a
+        .op(Method::POST, "/admin/v1/agents")
+        .json(&json!({"id": "bot", "name": "Bot", "rateLimit": {"requestsPerSecond": 1, "burst": 10, "shared": true}}))
+        .send()
+        .await
+        .unwrap();
+    expect_json(response, StatusCode::CREATED).await;
+    let key = a.issue_key("bot", &["mcp"]).await.key;
+
+    let started = std::time::Instant::now();
+    let mut allowed = [0usize; 2];
+    let mut refused = [0usize; 2];
+    for turn in 0..30 {
+        let answer = if turn % 2 == 0 { ping(&a, "bot", &key).await } else { ping(&b, "bot", &key).await };
+        match answer.status {
+            StatusCode::OK => allowed[turn % 2] += 1,
+            StatusCode::TOO_MANY_REQUESTS => {
+                assert_refused(&answer);
+                refused[turn % 2] += 1;
+            }
+            status => panic!("{status}: {}", answer.body),
+        }
+    }
+    let came_back = usize::try_from(started.elapsed().as_secs()).unwrap_or(usize::MAX);
+    let total = allowed[0] + allowed[1];
+    assert!(total >= 10, "the burst gets through: {allowed:?}");
+    assert!(total <= 10 + came_back, "one bucket for both replicas: {allowed:?} in {came_back} s");
+    assert!(allowed[0] > 0 && allowed[1] > 0 && refused[0] > 0 && refused[1] > 0, "{allowed:?} {refused:?}");
 }
