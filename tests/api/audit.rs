@@ -157,11 +157,40 @@ async fn export_and_retention(backend: Backend) {
     let response = app.with_key(Method::GET, "/admin/v1/audit/export", &key).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
 
+    // An agent whose own retention (admin API) is longer than the configuration's.
+    let response = app
+        .op(Method::POST, "/admin/v1/agents")
+        .json(&json!({"id": "kept", "name": "Kept", "auditRetentionDays": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(expect_json(response, StatusCode::CREATED).await["auditRetentionDays"], 3);
+    let exported = |agent: &'static str| {
+        let app = &app;
+        async move {
+            let response = app.op(Method::GET, "/admin/v1/audit/export").query(&[("agent", agent)]).send().await;
+            response.unwrap().text().await.unwrap().lines().count()
+        }
+    };
+    assert_eq!(exported("kept").await, 1, "agent.create");
+
     // Records older than the retention are pruned from the start of the chain; the rest still verifies.
     app.db.execute("update audit set occurred_at = occurred_at - 172800000000 where chain_seq <= 3").await;
-    eventually("the three old records to be pruned", || async {
-        let response = app.op(Method::GET, "/admin/v1/audit/export").query(&[("agent", "bot")]).send().await.unwrap();
-        (response.text().await.unwrap().lines().count() == 3).then_some(())
+    eventually("the three old records to be pruned", || async { (exported("bot").await == 3).then_some(()) }).await;
+    // The same prune kept the other agent's two-day-old record: its own 3 days win over the configured 1.
+    assert_eq!(exported("kept").await, 1);
+    let response = app.op(Method::PATCH, "/admin/v1/agents/kept").json(&json!({"auditRetentionDays": 1})).send();
+    assert_eq!(expect_json(response.await.unwrap(), StatusCode::OK).await["auditRetentionDays"], 1);
+    // agent.create (two days old) and agent.update (now): only the update is left once the shorter retention
+    // applies.
+    eventually("the kept agent's old record to be pruned", || async {
+        let response = app.op(Method::GET, "/admin/v1/audit/export").query(&[("agent", "kept")]).send().await;
+        let text = response.unwrap().text().await.unwrap();
+        let actions: Vec<String> = text
+            .lines()
+            .map(|line| serde_json::from_str::<Value>(line).expect("a JSON line")["action"].to_string())
+            .collect();
+        (actions == [r#""agent.update""#]).then_some(())
     })
     .await;
     let output = run_hivegate(dir.path(), app.db.url(), &["audit", "verify", "--agent", "bot"]).await;
