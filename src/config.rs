@@ -277,6 +277,16 @@ pub struct RateLimitsConfig {
     pub admin_requests_per_second: u32,
     /// Admin requests at once per credential.
     pub admin_burst: u32,
+    /// `prompts/get` calls per second each key gets, besides its requests (rendering is the costly part).
+    pub prompts_get_per_second: u32,
+    pub prompts_get_burst: u32,
+    /// `completion/complete` calls per second each key gets, besides its requests.
+    pub completion_per_second: u32,
+    pub completion_burst: u32,
+    /// Bytes of `resources/read` answers per second each key gets; a read is admitted while the key's budget
+    /// is not overdrawn and then charged with its answer's size.
+    pub read_bytes_per_second: u32,
+    pub read_bytes_burst: u32,
     /// Failed authentications (401) one client address may have within `failed_auth_window_secs` before its
     /// requests are refused (429) until the window ends; 0 turns this off.
     pub failed_auth_attempts: u32,
@@ -296,6 +306,12 @@ impl Default for RateLimitsConfig {
             key_burst: 200,
             admin_requests_per_second: 100,
             admin_burst: 200,
+            prompts_get_per_second: 0,
+            prompts_get_burst: 0,
+            completion_per_second: 0,
+            completion_burst: 0,
+            read_bytes_per_second: 0,
+            read_bytes_burst: 0,
             failed_auth_attempts: 20,
             failed_auth_window_secs: 60,
             trusted_proxies: Vec::new(),
@@ -312,6 +328,9 @@ impl RateLimitsConfig {
             ("rate_limits.agent_burst", self.agent_requests_per_second, self.agent_burst),
             ("rate_limits.key_burst", self.key_requests_per_second, self.key_burst),
             ("rate_limits.admin_burst", self.admin_requests_per_second, self.admin_burst),
+            ("rate_limits.prompts_get_burst", self.prompts_get_per_second, self.prompts_get_burst),
+            ("rate_limits.completion_burst", self.completion_per_second, self.completion_burst),
+            ("rate_limits.read_bytes_burst", self.read_bytes_per_second, self.read_bytes_burst),
         ];
         for (key, per_second, burst) in rates {
             if per_second > 0 && burst == 0 {

@@ -148,6 +148,74 @@ impl Buckets {
     }
 }
 
+/// Budgets by name that a request may overdraw: admitted while not in debt, charged afterwards with what it
+/// turned out to cost (the bytes a `resources/read` answered with, unknown until it has run). `governor`'s
+/// buckets cannot go into debt, hence this small one: `tokens` refill at `per_second` up to `burst`, and a
+/// negative balance refuses until it has been paid back.
+#[derive(Default)]
+pub struct Budgets {
+    entries: DashMap<String, Budget>,
+}
+
+struct Budget {
+    limit: Limit,
+    tokens: f64,
+    updated: Instant,
+}
+
+impl Budget {
+    fn refill(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * f64::from(self.limit.per_second())).min(f64::from(self.limit.burst()));
+        self.updated = now;
+    }
+}
+
+impl Budgets {
+    /// Whether `name` may start a request: `Refused` while its budget is overdrawn, with the time until it is
+    /// paid back; a budget built for another limit starts again, full.
+    pub fn admit(&self, name: &str, limit: Limit) -> Outcome {
+        let now = Instant::now();
+        let mut budget = self.budget(name, limit, now);
+        budget.refill(now);
+        let per_second = f64::from(limit.per_second());
+        if budget.tokens < 0.0 {
+            return Outcome::Refused { retry_after: Duration::from_secs_f64(-budget.tokens / per_second) };
+        }
+        let full_in = Duration::from_secs_f64((f64::from(limit.burst()) - budget.tokens) / per_second);
+        Outcome::Allowed { remaining: budget.tokens as u32, full_in }
+    }
+
+    /// Takes `amount` from `name`'s budget, into debt if need be.
+    pub fn charge(&self, name: &str, limit: Limit, amount: u64) {
+        let now = Instant::now();
+        let mut budget = self.budget(name, limit, now);
+        budget.refill(now);
+        budget.tokens -= amount as f64;
+    }
+
+    fn budget(&self, name: &str, limit: Limit, now: Instant) -> dashmap::mapref::one::RefMut<'_, String, Budget> {
+        let fresh = || Budget { limit, tokens: f64::from(limit.burst()), updated: now };
+        let mut budget = self.entries.entry(name.to_owned()).or_insert_with(fresh);
+        if budget.limit != limit {
+            *budget = fresh();
+        }
+        budget
+    }
+
+    /// Drops every budget that has filled up again (a new one is full: forgetting it changes nothing);
+    /// returns how many are left.
+    pub fn reclaim(&self) -> usize {
+        let now = Instant::now();
+        self.entries.retain(|_, budget| {
+            budget.refill(now);
+            budget.tokens < f64::from(budget.limit.burst())
+        });
+        self.entries.shrink_to_fit();
+        self.entries.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,6 +263,23 @@ mod tests {
         let buckets = Buckets::default();
         let Outcome::Allowed { full_in, .. } = buckets.take("k", limit(2, 10)) else { panic!("refused") };
         assert_eq!(full_in, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn a_budget_goes_into_debt_and_refuses_until_paid_back() {
+        let budgets = Budgets::default();
+        let limit = limit(1000, 2000);
+        assert!(matches!(budgets.admit("k", limit), Outcome::Allowed { remaining: 2000, .. }));
+        budgets.charge("k", limit, 5000);
+        match budgets.admit("k", limit) {
+            Outcome::Refused { retry_after } => {
+                // 3000 bytes of debt at 1000 a second, less what came back since.
+                assert!(retry_after > Duration::from_millis(2900) && retry_after <= Duration::from_secs(3));
+            }
+            allowed => panic!("admitted while overdrawn: {allowed:?}"),
+        }
+        assert!(matches!(budgets.admit("other", limit), Outcome::Allowed { .. }), "budgets are per name");
+        assert_eq!(budgets.reclaim(), 1, "the overdrawn budget is kept, the full one dropped");
     }
 
     #[test]

@@ -11,6 +11,10 @@
 //!   `rate_limits.agent_*`). A refusal is `McpError::RateLimited` (429, `Retry-After`, -31429 with
 //!   `data.retryAfterMs`); a shared bucket the database cannot answer for is `McpError::Unavailable` (503):
 //!   an exact limit fails closed.
+//! - Costly methods, per key and apart from the request limits (`rate_limits.prompts_get_*`,
+//!   `completion_*`, `read_bytes_*`; off by default): a token per `prompts/get` or `completion/complete`,
+//!   and a byte budget for `resources/read` answers (admitted while not overdrawn, charged with the answer's
+//!   size). A refusal is the same 429/-31429, with the `RateLimit*` fields of the refusing policy.
 //! - Admin API: one bucket per credential (the operator token, each registry key), `rate_limits.admin_*`,
 //!   checked once the credential is accepted; a refusal is 429 problem+json with `Retry-After`.
 //! - Failed authentication: the [`gate`] middlewares around both count 401 answers per client address
@@ -50,7 +54,7 @@ pub mod limiter;
 
 use failed_auth::FailedAuth;
 use headers::{Policy, RateLimitHeaders, Remaining};
-use limiter::{Buckets, Limit, Outcome};
+use limiter::{Buckets, Budgets, Limit, Outcome};
 
 /// How often idle buckets and ended failure windows are forgotten.
 const RECLAIM_EVERY: Duration = Duration::from_secs(60);
@@ -60,15 +64,32 @@ const KEY: &str = "key";
 const AGENT: &str = "agent";
 const ADMIN: &str = "admin";
 const AUTH_FAILURES: &str = "auth-failures";
+const PROMPTS_GET: &str = "prompts-get";
+const COMPLETION: &str = "completion";
+const READ_BYTES: &str = "read-bytes";
+
+/// A method whose cost is limited apart from the request it came in ([`Guard::method`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Costly {
+    GetPrompt,
+    Complete,
+    ReadResource,
+}
 
 /// Every limiter of this replica.
 pub struct Guard {
     key_limit: Option<Limit>,
     agent_default: Option<Limit>,
     admin_limit: Option<Limit>,
+    prompts_get_limit: Option<Limit>,
+    completion_limit: Option<Limit>,
+    read_bytes_limit: Option<Limit>,
     keys: Buckets,
     agents: Buckets,
     admins: Buckets,
+    prompts_get: Buckets,
+    completions: Buckets,
+    read_bytes: Budgets,
     failures: FailedAuth,
     trusted_proxies: Vec<IpNet>,
 }
@@ -79,9 +100,15 @@ impl Guard {
             key_limit: Limit::new(config.key_requests_per_second, config.key_burst),
             agent_default: Limit::new(config.agent_requests_per_second, config.agent_burst),
             admin_limit: Limit::new(config.admin_requests_per_second, config.admin_burst),
+            prompts_get_limit: Limit::new(config.prompts_get_per_second, config.prompts_get_burst),
+            completion_limit: Limit::new(config.completion_per_second, config.completion_burst),
+            read_bytes_limit: Limit::new(config.read_bytes_per_second, config.read_bytes_burst),
             keys: Buckets::default(),
             agents: Buckets::default(),
             admins: Buckets::default(),
+            prompts_get: Buckets::default(),
+            completions: Buckets::default(),
+            read_bytes: Budgets::default(),
             failures: FailedAuth::new(config.failed_auth_attempts, Duration::from_secs(config.failed_auth_window_secs)),
             trusted_proxies: config.trusted_proxies.clone(),
         }
@@ -116,6 +143,30 @@ impl Guard {
         Verdict::of(&[check], None).await.unwrap_or_else(|_| Verdict::default())
     }
 
+    /// Before a costly method of `key_id`: a token from its method bucket, or (`resources/read`) whether its
+    /// byte budget is not overdrawn. No limit configured, no fields.
+    pub fn method(&self, key_id: &str, method: Costly) -> Verdict {
+        let (policy, limit) = match method {
+            Costly::GetPrompt => (PROMPTS_GET, self.prompts_get_limit),
+            Costly::Complete => (COMPLETION, self.completion_limit),
+            Costly::ReadResource => (READ_BYTES, self.read_bytes_limit),
+        };
+        let Some(limit) = limit else { return Verdict::default() };
+        let outcome = match method {
+            Costly::GetPrompt => self.prompts_get.take(key_id, limit),
+            Costly::Complete => self.completions.take(key_id, limit),
+            Costly::ReadResource => self.read_bytes.admit(key_id, limit),
+        };
+        Verdict::single(policy, limit, outcome)
+    }
+
+    /// After a `resources/read` of `key_id` answered with `bytes`: charged to its byte budget.
+    pub fn charge_read(&self, key_id: &str, bytes: usize) {
+        if let Some(limit) = self.read_bytes_limit {
+            self.read_bytes.charge(key_id, limit, bytes as u64);
+        }
+    }
+
     /// The client address of a request from `peer` (see [`client_ip::client_ip`]).
     pub fn client_ip(&self, peer: IpAddr, headers: &axum::http::HeaderMap) -> IpAddr {
         client_ip::client_ip(peer, headers, &self.trusted_proxies)
@@ -128,11 +179,13 @@ impl Guard {
     /// Forgets idle buckets and ended failure windows.
     pub fn reclaim(&self) {
         let left = [self.keys.reclaim(), self.agents.reclaim(), self.admins.reclaim(), self.failures.reclaim()];
+        let methods = [self.prompts_get.reclaim(), self.completions.reclaim(), self.read_bytes.reclaim()];
         tracing::debug!(
             keys = left[0],
             agents = left[1],
             admin = left[2],
             clients = left[3],
+            methods = methods.iter().sum::<usize>(),
             "rate limiters reclaimed"
         );
     }
@@ -236,10 +289,30 @@ impl Verdict {
         Ok(Self { retry_after, headers, refused_by })
     }
 
+    /// The verdict of one bucket's `outcome`.
+    fn single(policy: &'static str, limit: Limit, outcome: Outcome) -> Self {
+        let (current, retry_after) = match outcome {
+            Outcome::Allowed { remaining, full_in } => (Remaining { name: policy, remaining, reset: full_in }, None),
+            Outcome::Refused { retry_after } => {
+                (Remaining { name: policy, remaining: 0, reset: retry_after }, Some(retry_after))
+            }
+        };
+        Self {
+            retry_after,
+            headers: RateLimitHeaders::new(&[Policy::of_limit(policy, limit)], &current, false),
+            refused_by: retry_after.map(|_| policy),
+        }
+    }
+
     /// Leaves the fields for the [`gate`] to put on the answer, and counts a refusal in `metrics`; `Err`
     /// with the wait when refused.
     pub fn settle(self, extensions: &Extensions, metrics: &Metrics) -> Result<(), Duration> {
-        if let (Some(slot), Some(headers)) = (extensions.get::<RateLimitSlot>(), self.headers) {
+        self.settle_in(extensions.get::<RateLimitSlot>(), metrics)
+    }
+
+    /// [`Verdict::settle`] with the request's slot at hand.
+    pub fn settle_in(self, slot: Option<&RateLimitSlot>, metrics: &Metrics) -> Result<(), Duration> {
+        if let (Some(slot), Some(headers)) = (slot, self.headers) {
             slot.set(headers);
         }
         if let Some(scope) = self.refused_by {

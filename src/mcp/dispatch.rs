@@ -14,6 +14,7 @@ use super::methods::{self, completion, lifecycle, prompts, read, resources, subs
 use super::types::{CacheHints, CacheScope, Implementation, MetaObject, ResultType, meta};
 use crate::domain::model::{Agent, KeyRecord};
 use crate::domain::session::Session;
+use crate::guard::{Costly, RateLimitSlot};
 use crate::registry::cache::RegistryCache;
 use crate::state::AppState;
 
@@ -96,6 +97,8 @@ pub struct Context<'a> {
     /// the modern wire, which has no sessions).
     pub session: Option<Arc<Session>>,
     pub era: Era,
+    /// Where the answer's rate-limit fields are left ([`crate::guard`]).
+    pub slot: Option<&'a RateLimitSlot>,
 }
 
 impl Context<'_> {
@@ -132,6 +135,18 @@ impl Context<'_> {
         Some(MetaObject(Map::from_iter([(meta::SERVER_INFO.to_owned(), info)])))
     }
 
+    /// A costly method's own limit for this key ([`crate::guard::Guard::method`]): 429/-31429 when refused,
+    /// with that policy's fields on the answer.
+    fn limit(&self, method: Costly) -> Result<(), McpError> {
+        let verdict = self.state.guard.method(&self.key.id, method);
+        if verdict.retry_after.is_none() {
+            return Ok(());
+        }
+        verdict
+            .settle_in(self.slot, &self.state.metrics)
+            .map_err(|wait| McpError::RateLimited { retry_after_ms: crate::guard::millis_up(wait) })
+    }
+
     /// The era's "resource not found".
     pub fn not_found(&self, uri: &str) -> McpError {
         McpError::ResourceNotFound { uri: uri.to_owned(), is_modern: self.is_modern() }
@@ -143,6 +158,15 @@ impl Context<'_> {
 pub async fn call(ctx: &Context<'_>, call: &Call) -> Result<Box<RawValue>, McpError> {
     let not_found = || McpError::MethodNotFound { method: call.method.clone(), is_modern: ctx.is_modern() };
     let method = Method::lookup(&call.method, ctx.era, false).ok_or_else(not_found)?;
+    let costly = match method {
+        Method::GetPrompt => Some(Costly::GetPrompt),
+        Method::Complete => Some(Costly::Complete),
+        Method::ReadResource => Some(Costly::ReadResource),
+        _ => None,
+    };
+    if let Some(costly) = costly {
+        ctx.limit(costly)?;
+    }
     let params = call.params.clone();
     let result = match method {
         Method::Discover => methods::run::<lifecycle::Discover>(ctx, params).await,
@@ -163,8 +187,10 @@ pub async fn call(ctx: &Context<'_>, call: &Call) -> Result<Box<RawValue>, McpEr
         Method::Listen => Err(McpError::Internal),
         Method::Initialized | Method::Cancelled => Err(not_found()),
     };
-    if let Err(error) = &result {
-        tracing::debug!(code = error.code(), %error, "method failed");
+    match &result {
+        Ok(read) if method == Method::ReadResource => ctx.state.guard.charge_read(&ctx.key.id, read.get().len()),
+        Ok(_) => {}
+        Err(error) => tracing::debug!(code = error.code(), %error, "method failed"),
     }
     result
 }

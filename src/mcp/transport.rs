@@ -36,6 +36,7 @@ use super::types::header as header_name;
 use crate::domain::model::{Agent, KeyRecord};
 use crate::domain::session::Session;
 use crate::domain::{AgentId, Scope};
+use crate::guard::RateLimitSlot;
 use crate::http::auth::{KeyCache, KeyError, is_key_of};
 use crate::state::AppState;
 
@@ -46,6 +47,8 @@ const MAX_BATCH: usize = 100;
 pub(super) struct Admitted {
     pub agent: Arc<Agent>,
     pub key: KeyRecord,
+    /// Where the rate-limit fields of the answer are left (a costly method's refusal replaces them).
+    pub slot: Option<RateLimitSlot>,
 }
 
 /// `POST /{agent_id}/mcp`: one JSON-RPC message, or a batch where 2025-03-26 allows it.
@@ -116,7 +119,7 @@ pub(super) async fn admit(
         return Err(McpError::Forbidden("the key does not have scope mcp"));
     }
     rate_limit(state, parts, &key, &agent).await?;
-    Ok(Admitted { agent, key })
+    Ok(Admitted { agent, key, slot: parts.extensions.get::<RateLimitSlot>().cloned() })
 }
 
 /// One token per HTTP request from the key's bucket and from the agent's, which all its keys share
@@ -181,7 +184,14 @@ async fn single(
         Ok(checked) => checked,
         Err(error) => return error.into_http(message.id()),
     };
-    let ctx = Context { state, agent: admitted.agent.clone(), key: &admitted.key, session, era };
+    let ctx = Context {
+        state,
+        agent: admitted.agent.clone(),
+        key: &admitted.key,
+        session,
+        era,
+        slot: admitted.slot.as_ref(),
+    };
     let call = match message {
         Message::Response => return accepted(),
         Message::Notification(call) => {
@@ -301,7 +311,14 @@ async fn batch(
         Ok(session) => session,
         Err(error) => return error.into_http(None),
     };
-    let ctx = Context { state, agent: admitted.agent.clone(), key: &admitted.key, session, era };
+    let ctx = Context {
+        state,
+        agent: admitted.agent.clone(),
+        key: &admitted.key,
+        session,
+        era,
+        slot: admitted.slot.as_ref(),
+    };
     let mut answers = Vec::new();
     for message in messages {
         match message {

@@ -22,6 +22,7 @@ both!(
     forwarded_for_only_from_trusted_proxies,
     a_keys_own_limit_is_set_and_patched_through_the_admin_api,
     a_shared_limit_is_counted_in_the_database,
+    costly_methods_have_limits_of_their_own,
 );
 
 /// The application with `configure` applied to its rate limits (the suite's others are generous).
@@ -437,4 +438,71 @@ async fn a_shared_limit_holds_across_two_processes() {
     assert!(total >= 10, "the burst gets through: {allowed:?}");
     assert!(total <= 10 + came_back, "one bucket for both replicas: {allowed:?} in {came_back} s");
     assert!(allowed[0] > 0 && allowed[1] > 0 && refused[0] > 0 && refused[1] > 0, "{allowed:?} {refused:?}");
+}
+
+/// A costly method's 429: as [`assert_refused`], but the body was parsed, so the error carries the request's id.
+fn assert_method_refused(answer: &Answer) -> u64 {
+    let error = answer.error(StatusCode::TOO_MANY_REQUESTS, -31429);
+    let retry_after_ms = error["data"]["retryAfterMs"].as_u64().unwrap_or_else(|| panic!("retryAfterMs: {error}"));
+    let seconds: u64 = field(&answer.headers, "retry-after").parse().expect("Retry-After in seconds");
+    assert_eq!(seconds, retry_after_ms.div_ceil(1000), "Retry-After rounds retryAfterMs up");
+    assert_eq!(answer.body["id"], 1);
+    retry_after_ms
+}
+
+async fn costly_methods_have_limits_of_their_own(backend: Backend) {
+    let app = spawn_limited(backend, |limits| {
+        limits.prompts_get_per_second = 1;
+        limits.prompts_get_burst = 2;
+        limits.completion_per_second = 1;
+        limits.completion_burst = 1;
+        limits.read_bytes_per_second = 1000;
+        limits.read_bytes_burst = 1000;
+    })
+    .await;
+    let key = agent_with_key(&app, "bot").await;
+    let other = app.issue_key("bot", &["mcp"]).await.key;
+    app.put_text("bot", "test://big", &"x".repeat(3000)).await;
+    app.put_text("bot", "test://small", "x").await;
+    let response = app
+        .op(Method::PUT, "/admin/v1/agents/bot/prompts/greet")
+        .json(&json!({"arguments": [{"name": "who", "completions": ["world", "wide"]}],
+                      "messages": [{"role": "user", "content": {"type": "text", "text": "Hi {{ who }}"}}]}))
+        .send()
+        .await
+        .unwrap();
+    expect_json(response, StatusCode::CREATED).await;
+    let mcp = Mcp::new(&app, "bot", &key);
+
+    // prompts/get: a bucket of 2 per key, apart from the request limits; other methods are not affected.
+    let get = || mcp.legacy("prompts/get", json!({"name": "greet", "arguments": {"who": "you"}}));
+    let (refused, allowed) = exhaust(10, get).await;
+    assert_eq!(allowed, 2);
+    assert!(assert_method_refused(&refused) <= 1000, "one token a second");
+    assert_eq!(field(&refused.headers, "ratelimit-policy"), r#""prompts-get";q=2;w=2"#);
+    assert_eq!(remaining(&refused.headers, "prompts-get"), 0);
+    mcp.legacy("prompts/list", json!({})).await.result();
+    Mcp::new(&app, "bot", &other).legacy("prompts/get", json!({"name": "greet"})).await.result();
+
+    // completion/complete: a bucket of 1.
+    let complete = || {
+        mcp.legacy(
+            "completion/complete",
+            json!({"ref": {"type": "ref/prompt", "name": "greet"}, "argument": {"name": "who", "value": "w"}}),
+        )
+    };
+    let (refused, allowed) = exhaust(10, complete).await;
+    assert_eq!(allowed, 1);
+    assert_method_refused(&refused);
+
+    // resources/read: admitted while the key's 1000-byte budget is not overdrawn, charged with the answer;
+    // the 3000-byte answer overdraws it by about 2000, which takes about two seconds to pay back.
+    mcp.legacy("resources/read", json!({"uri": "test://big"})).await.result();
+    let refused = mcp.legacy("resources/read", json!({"uri": "test://small"})).await;
+    let retry_after_ms = assert_method_refused(&refused);
+    assert!((1500..=2500).contains(&retry_after_ms), "about 2000 bytes of debt at 1000 a second: {retry_after_ms}");
+    assert_eq!(field(&refused.headers, "ratelimit-policy"), r#""read-bytes";q=1000;w=1"#);
+    Mcp::new(&app, "bot", &other).legacy("resources/read", json!({"uri": "test://small"})).await.result();
+    tokio::time::sleep(Duration::from_millis(retry_after_ms + 50)).await;
+    mcp.legacy("resources/read", json!({"uri": "test://small"})).await.result();
 }
