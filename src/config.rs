@@ -118,6 +118,14 @@ pub struct LimitsConfig {
     pub max_agent_bytes: u64,
     /// Content bytes of every agent's resources together (0: unlimited).
     pub max_total_bytes: u64,
+
+    /// How deeply arrays and objects may nest in a request body (MCP and admin): 1 to [`MAX_JSON_DEPTH`].
+    pub max_json_depth: usize,
+    /// Bytes of a request's header fields together, each counted as `name: value` and a line break (431
+    /// beyond).
+    pub max_header_bytes: usize,
+    /// Bytes of a request's target (path and query; 414 beyond).
+    pub max_uri_bytes: usize,
 }
 
 impl Default for LimitsConfig {
@@ -130,6 +138,10 @@ impl Default for LimitsConfig {
             max_prompts_per_agent: 1_000,
             max_agent_bytes: 1024 * 1024 * 1024,
             max_total_bytes: 0,
+
+            max_json_depth: 64,
+            max_header_bytes: 32 * 1024,
+            max_uri_bytes: 8 * 1024,
         }
     }
 }
@@ -137,6 +149,9 @@ impl Default for LimitsConfig {
 /// The most resource templates an agent may be allowed: every read of a URI no resource has is matched
 /// against all of the agent's templates.
 pub const MAX_TEMPLATES_PER_AGENT: u64 = 1_000;
+
+/// The deepest nesting `limits.max_json_depth` may allow: the JSON parser's own recursion limit.
+pub const MAX_JSON_DEPTH: usize = 127;
 
 impl LimitsConfig {
     /// The quotas the store enforces.
@@ -500,7 +515,13 @@ impl Config {
                 message: format!("must be between 1 and {MAX_TEMPLATES_PER_AGENT}"),
             });
         }
-        let positive: [(&'static str, u64); 18] = [
+        if !(1..=MAX_JSON_DEPTH).contains(&self.limits.max_json_depth) {
+            return Err(ConfigError::Invalid {
+                key: "limits.max_json_depth",
+                message: format!("must be between 1 and {MAX_JSON_DEPTH}"),
+            });
+        }
+        let positive: [(&'static str, u64); 20] = [
             ("audit.queue_capacity", self.audit.queue_capacity as u64),
             ("audit.batch_size", self.audit.batch_size as u64),
             ("audit.flush_interval_ms", self.audit.flush_interval_ms),
@@ -510,6 +531,8 @@ impl Config {
             ("http.shutdown_grace_ms", self.http.shutdown_grace_ms),
             ("limits.max_body_bytes", self.limits.max_body_bytes as u64),
             ("limits.max_resource_bytes", self.limits.max_resource_bytes as u64),
+            ("limits.max_header_bytes", self.limits.max_header_bytes as u64),
+            ("limits.max_uri_bytes", self.limits.max_uri_bytes as u64),
             ("events.retention_secs", self.events.retention_secs),
             ("events.retention_count", self.events.retention_count),
             ("events.prune_interval_ms", self.events.prune_interval_ms),
@@ -585,6 +608,16 @@ mod tests {
             let error = config.validate().expect_err("templates out of range");
             assert!(error.to_string().contains("limits.max_templates_per_agent"), "{error}");
         }
+        for depth in [0, MAX_JSON_DEPTH + 1] {
+            let mut config = Config::default();
+            config.limits.max_json_depth = depth;
+            let error = config.validate().expect_err("depth out of range");
+            assert!(error.to_string().contains("limits.max_json_depth"), "{error}");
+        }
+        let mut config = Config::default();
+        config.limits.max_uri_bytes = 0;
+        let error = config.validate().expect_err("a zero URI limit");
+        assert!(error.to_string().contains("limits.max_uri_bytes"), "{error}");
         let mut config = Config::default();
         config.audit.batch_size = 0;
         let error = config.validate().expect_err("an empty batch is refused");

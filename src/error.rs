@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::domain::id::InvalidValue;
+use crate::metrics::{Limit, Refused};
 use crate::registry::cursor::InvalidCursor;
 use crate::store::StoreError;
 
@@ -44,6 +45,15 @@ pub enum ApiError {
     /// 422: well-formed JSON with an invalid value, an unknown or a missing field.
     #[error("{0}")]
     Unprocessable(String),
+    /// 408: not answered within `http.request_timeout_ms`.
+    #[error("{0}")]
+    RequestTimeout(String),
+    /// 414: the request target is longer than `limits.max_uri_bytes`.
+    #[error("{0}")]
+    UriTooLong(String),
+    /// 431: the header fields are larger than `limits.max_header_bytes`.
+    #[error("{0}")]
+    HeaderFieldsTooLarge(String),
     /// 429: the credential's rate limit, or the client's failed authentications, are used up for now.
     #[error("too many requests; retry after {retry_after:?}")]
     TooManyRequests { retry_after: std::time::Duration },
@@ -53,6 +63,9 @@ pub enum ApiError {
     /// 500: a bug or corrupt data; the cause is logged, never returned.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A configured limit refused the request: answered as `error` is, and counted by `limit`.
+    #[error("{error}")]
+    Limited { limit: Limit, error: Box<ApiError> },
 }
 
 /// The problem details body.
@@ -82,6 +95,26 @@ impl ApiError {
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::UriTooLong(_) => StatusCode::URI_TOO_LONG,
+            ApiError::HeaderFieldsTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ApiError::Limited { error, .. } => error.status(),
+        }
+    }
+
+    /// `error`, as the refusal of `limit`.
+    pub fn limited(limit: Limit, error: ApiError) -> Self {
+        ApiError::Limited { limit, error: Box::new(error) }
+    }
+
+    /// The same error with `at` (e.g. `upsert[2]: `) before its detail.
+    pub fn at(self, at: &str) -> Self {
+        match self {
+            ApiError::BadRequest(detail) => ApiError::BadRequest(format!("{at}{detail}")),
+            ApiError::Unprocessable(detail) => ApiError::Unprocessable(format!("{at}{detail}")),
+            ApiError::PayloadTooLarge(detail) => ApiError::PayloadTooLarge(format!("{at}{detail}")),
+            ApiError::Limited { limit, error } => ApiError::limited(limit, error.at(at)),
+            other => other,
         }
     }
 
@@ -93,6 +126,11 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        if let ApiError::Limited { limit, error } = self {
+            let mut response = error.into_response();
+            response.extensions_mut().insert(Refused(limit));
+            return response;
+        }
         let status = self.status();
         // `Retry-After` in whole seconds, rounded up: never earlier than the limit allows.
         let retry_after = match &self {
@@ -118,7 +156,12 @@ impl IntoResponse for ApiError {
             | ApiError::NotFound(detail)
             | ApiError::Conflict(detail)
             | ApiError::PayloadTooLarge(detail)
-            | ApiError::Unprocessable(detail) => detail,
+            | ApiError::Unprocessable(detail)
+            | ApiError::RequestTimeout(detail)
+            | ApiError::UriTooLong(detail)
+            | ApiError::HeaderFieldsTooLarge(detail) => detail,
+            // Answered above.
+            ApiError::Limited { error, .. } => error.to_string(),
         };
         let problem = Problem {
             kind: "about:blank",
@@ -151,9 +194,9 @@ impl From<StoreError> for ApiError {
         match error {
             StoreError::NotFound => ApiError::NotFound("not found".to_owned()),
             StoreError::Conflict => ApiError::Conflict("already exists".to_owned()),
-            StoreError::TooMany(detail) => ApiError::Conflict(detail),
+            StoreError::TooMany(detail) => ApiError::limited(Limit::Quota, ApiError::Conflict(detail)),
             StoreError::Invalid(detail) => ApiError::Unprocessable(detail),
-            StoreError::TooLarge(detail) => ApiError::PayloadTooLarge(detail),
+            StoreError::TooLarge(detail) => ApiError::limited(Limit::Quota, ApiError::PayloadTooLarge(detail)),
             StoreError::Unavailable(cause) => ApiError::Unavailable(cause.to_string()),
             other => ApiError::Internal(other.to_string()),
         }
@@ -218,5 +261,17 @@ mod tests {
         assert_eq!(ApiError::from(StoreError::NotFound).status(), StatusCode::NOT_FOUND);
         assert_eq!(ApiError::from(StoreError::Conflict).status(), StatusCode::CONFLICT);
         assert_eq!(ApiError::from(StoreError::Corrupt("x".into())).status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let quota = ApiError::from(StoreError::TooMany("over".into()));
+        assert_eq!(quota.status(), StatusCode::CONFLICT);
+        assert!(matches!(quota, ApiError::Limited { limit: Limit::Quota, .. }));
+    }
+
+    #[tokio::test]
+    async fn limit_refusals_are_marked_for_the_counter() {
+        let error = ApiError::limited(Limit::Body, ApiError::PayloadTooLarge("too big".into())).at("upsert[1]: ");
+        let response = error.into_response();
+        assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(matches!(response.extensions().get::<Refused>(), Some(Refused(Limit::Body))));
+        assert_eq!(body_of(response).await["detail"], "upsert[1]: too big");
     }
 }

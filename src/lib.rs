@@ -9,7 +9,7 @@
 //!
 //! - [`config`]: the configuration (TOML file + `HIVEGATE_*` environment), validated at start-up.
 //! - [`app`]: [`app::Application`] wires store, bus, caches and the HTTP server; shutdown.
-//! - [`http`]: the router, its layer stack, authentication and health endpoints.
+//! - [`http`]: the router, its layer stack, limits on the request itself, authentication and health endpoints.
 //! - [`admin`]: the REST admin API under `/admin/v1` and its OpenAPI document.
 //! - [`mcp`]: the MCP endpoint `/{agent_id}/mcp`, both protocol eras; its module doc follows one request.
 //! - [`guard`]: rate limits per key, agent and admin credential; failed authentications per client address.

@@ -70,6 +70,71 @@ pub struct ScopeLabels {
     pub scope: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    /// The refusing limit's name ([`Limit::as_str`]).
+    pub limit: &'static str,
+}
+
+/// A configured limit that refused a request (rate limits are counted in `rate_limited`). The label set is
+/// this enum: clients cannot grow it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// `limits.max_body_bytes` (413).
+    Body,
+    /// `limits.max_json_depth` (400).
+    JsonDepth,
+    /// `limits.max_header_bytes` (431).
+    Header,
+    /// `limits.max_uri_bytes` (414).
+    Uri,
+    /// `limits.max_resource_bytes` (413).
+    ResourceSize,
+    /// The count and byte quotas per agent and for the gateway (409/413).
+    Quota,
+    /// `http.request_timeout_ms` (408).
+    Timeout,
+    /// A template render's output budget, fuel or recursion limit (-32602).
+    Template,
+    /// The open streams per key or per agent (`streams.max_per_*`, 429).
+    Streams,
+    /// The URIs one session or listen may subscribe to (`sessions.max_subscriptions`).
+    Subscriptions,
+    /// The messages of one JSON-RPC batch, or the items of one admin batch.
+    Batch,
+}
+
+impl Limit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::Body => "body",
+            Limit::JsonDepth => "json_depth",
+            Limit::Header => "header",
+            Limit::Uri => "uri",
+            Limit::ResourceSize => "resource_size",
+            Limit::Quota => "quota",
+            Limit::Timeout => "timeout",
+            Limit::Template => "template",
+            Limit::Streams => "streams",
+            Limit::Subscriptions => "subscriptions",
+            Limit::Batch => "batch",
+        }
+    }
+}
+
+/// A response extension: this answer is a refusal by `Limit`. The request counter
+/// ([`crate::http`]) counts it in `limit_refused`, so every refusal is counted once, where it is answered,
+/// whichever layer refused it.
+#[derive(Debug, Clone, Copy)]
+pub struct Refused(pub Limit);
+
+impl Metrics {
+    /// Counts one refusal by `limit` (for refusals that are not an answer of their own, e.g. a batch item).
+    pub fn refused(&self, limit: Limit) {
+        self.limit_refused.get_or_create(&LimitLabels { limit: limit.as_str() }).inc();
+    }
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -86,6 +151,7 @@ pub struct Metrics {
     pub mcp_duration: HistogramFamily<McpMethodLabels>,
     pub cache_lookups: Family<ResultLabels, Counter>,
     pub rate_limited: Family<ScopeLabels, Counter>,
+    pub limit_refused: Family<LimitLabels, Counter>,
     pub notifications_sent: Counter,
     /// Seconds from a change's commit to its notification being written to a stream.
     pub notification_lag: Histogram,
@@ -113,6 +179,7 @@ impl Metrics {
             mcp_duration: HistogramFamily::new_with_constructor(latency_histogram),
             cache_lookups: Family::default(),
             rate_limited: Family::default(),
+            limit_refused: Family::default(),
             notifications_sent: Counter::default(),
             notification_lag: latency_histogram(),
         };
@@ -144,6 +211,11 @@ impl Metrics {
                 "rate_limited",
                 "Requests refused by a rate limit, by the limit's scope",
                 metrics.rate_limited.clone(),
+            );
+            r.register(
+                "limit_refused",
+                "Requests refused by a configured limit (body, JSON depth, header, URI, sizes, quotas, timeout, ...)",
+                metrics.limit_refused.clone(),
             );
             r.register(
                 "notifications_sent",

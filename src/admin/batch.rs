@@ -17,6 +17,7 @@ use super::resources::{ResourceBody, agent_gone};
 use crate::domain::ResourceUri;
 use crate::domain::model::{NewResource, Resource};
 use crate::error::{ApiError, Problem};
+use crate::metrics::Limit;
 use crate::state::AppState;
 use crate::store::StoreError;
 
@@ -49,16 +50,17 @@ impl BatchBody {
     fn check(self, max_resource_bytes: usize) -> Result<(Vec<NewResource>, Vec<ResourceUri>), ApiError> {
         let items = self.upsert.len() + self.delete.len();
         if items > MAX_BATCH_ITEMS {
-            return Err(ApiError::Unprocessable(format!(
-                "the batch has {items} items; at most {MAX_BATCH_ITEMS} are allowed"
-            )));
+            return Err(ApiError::limited(
+                Limit::Batch,
+                ApiError::Unprocessable(format!("the batch has {items} items; at most {MAX_BATCH_ITEMS} are allowed")),
+            ));
         }
         let mut seen = HashSet::new();
         let mut upserts = Vec::with_capacity(self.upsert.len());
         for (index, item) in self.upsert.into_iter().enumerate() {
             let at = format!("upsert[{index}]: ");
             let body: ResourceBody = from_value(item, &at)?;
-            let resource = body.into_new(max_resource_bytes).map_err(|error| prefix(error, &at))?;
+            let resource = body.into_new(max_resource_bytes).map_err(|error| error.at(&at))?;
             if !seen.insert(resource.uri.clone()) {
                 return Err(ApiError::Unprocessable(format!("{at}{} appears more than once", resource.uri)));
             }
@@ -74,16 +76,6 @@ impl BatchBody {
             deletes.push(uri);
         }
         Ok((upserts, deletes))
-    }
-}
-
-/// The same error with `at` before its detail.
-fn prefix(error: ApiError, at: &str) -> ApiError {
-    match error {
-        ApiError::Unprocessable(detail) => ApiError::Unprocessable(format!("{at}{detail}")),
-        ApiError::PayloadTooLarge(detail) => ApiError::PayloadTooLarge(format!("{at}{detail}")),
-        ApiError::BadRequest(detail) => ApiError::BadRequest(format!("{at}{detail}")),
-        other => other,
     }
 }
 

@@ -12,29 +12,43 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::metrics::Limit;
+use crate::state::AppState;
 
 /// A JSON body deserialised into `T` with the admin API's error classification.
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
 
-impl<S, T> FromRequest<S> for JsonBody<T>
+impl<T> FromRequest<AppState> for JsonBody<T>
 where
-    S: Send + Sync,
     T: DeserializeOwned,
 {
     type Rejection = ApiError;
 
-    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let limits = &state.config.limits;
         let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
             if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge("the request body is larger than the configured limit".to_owned())
+                let detail =
+                    format!("the request body is larger than {} bytes (limits.max_body_bytes)", limits.max_body_bytes);
+                ApiError::limited(Limit::Body, ApiError::PayloadTooLarge(detail))
             } else {
                 ApiError::BadRequest(format!("cannot read the request body: {}", rejection.body_text()))
             }
         })?;
+        check_depth(&bytes, limits.max_json_depth)?;
         let value = parse_json(&bytes)?;
         from_value(value, "").map(JsonBody)
     }
+}
+
+/// 400 when the body nests arrays and objects deeper than `max` (counted over the bytes, before parsing).
+pub fn check_depth(bytes: &[u8], max: usize) -> Result<(), ApiError> {
+    if crate::http::limits::nests_deeper_than(bytes, max) {
+        let detail = format!("the body nests arrays and objects deeper than {max} levels (limits.max_json_depth)");
+        return Err(ApiError::limited(Limit::JsonDepth, ApiError::BadRequest(detail)));
+    }
+    Ok(())
 }
 
 /// Parses a body as JSON: 400 when it is not JSON.

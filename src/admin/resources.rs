@@ -19,6 +19,7 @@ use crate::domain::ResourceUri;
 use crate::domain::content::{validate_annotations, validate_base64, validate_meta};
 use crate::domain::model::{Content, NewResource, Resource};
 use crate::error::{ApiError, Problem};
+use crate::metrics::Limit;
 use crate::registry::cursor::ListKind;
 use crate::state::AppState;
 use crate::store::StoreError;
@@ -66,10 +67,13 @@ impl ResourceBody {
             (None, None) => return Err(invalid("text or blob is required".to_owned())),
         };
         if content.size() > max_bytes as u64 {
-            return Err(ApiError::PayloadTooLarge(format!(
-                "the content is {} bytes; at most {max_bytes} are allowed",
-                content.size()
-            )));
+            return Err(ApiError::limited(
+                Limit::ResourceSize,
+                ApiError::PayloadTooLarge(format!(
+                    "the content is {} bytes; at most {max_bytes} are allowed (limits.max_resource_bytes)",
+                    content.size()
+                )),
+            ));
         }
         Ok(NewResource {
             uri,

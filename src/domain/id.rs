@@ -82,18 +82,24 @@ pub struct ResourceUri(String);
 
 impl ResourceUri {
     pub fn parse(value: &str) -> Result<Self, InvalidValue> {
-        if value.len() > MAX_URI_BYTES {
-            return Err(InvalidValue(format!(
-                "resource URI is {} bytes; at most {MAX_URI_BYTES} are allowed",
-                value.len()
-            )));
-        }
+        Self::check_length(value)?;
         match iri_string::types::UriAbsoluteString::try_from(value.to_owned()) {
             Ok(_) => Ok(Self(value.to_owned())),
             Err(_) => {
                 Err(InvalidValue(format!("resource URI {value:?} is not an absolute URI (RFC 3986, scheme required)")))
             }
         }
+    }
+
+    /// Refuses a `value` longer than any resource URI may be, whatever it holds.
+    pub fn check_length(value: &str) -> Result<(), InvalidValue> {
+        if value.len() > MAX_URI_BYTES {
+            return Err(InvalidValue(format!(
+                "resource URI is {} bytes; at most {MAX_URI_BYTES} are allowed",
+                value.len()
+            )));
+        }
+        Ok(())
     }
 
     pub fn as_str(&self) -> &str {

@@ -1,7 +1,5 @@
 //! The HTTP surface: one router, its layer stack, and the health endpoints.
 
-use std::time::Duration;
-
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, State};
 use axum::http::{HeaderName, Request, StatusCode, header};
@@ -9,16 +7,18 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower::ServiceBuilder;
-use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
-use crate::metrics::{HttpLabels, HttpRouteLabels};
+use crate::metrics::{HttpLabels, HttpRouteLabels, Refused};
 use crate::state::AppState;
 
 /// Authentication of agent keys and the operator token.
 pub mod auth;
+/// Limits on the request itself (target, header fields, JSON nesting, time) and the answers of the layers
+/// that cut a request short.
+pub mod limits;
 
 /// The request id header: taken from the client when present, else generated; echoed on the response.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -26,7 +26,6 @@ pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// The whole application router.
 pub fn router(state: AppState) -> Router {
     let max_body = state.config.limits.max_body_bytes;
-    let timeout = Duration::from_millis(state.config.http.request_timeout_ms);
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -48,7 +47,6 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/metrics", get(crate::metrics::handler))
         .fallback(not_found)
-        .layer(axum::middleware::from_fn_with_state(state.clone(), count_requests))
         .layer(
             ServiceBuilder::new()
                 // Secrets are marked sensitive first, so no later layer can log them.
@@ -65,19 +63,22 @@ pub fn router(state: AppState) -> Router {
                 }))
                 // … and that goes back to the client.
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-                // A panic in a handler is a 500 for that request, not a dead connection task.
-                .layer(CatchPanicLayer::new())
+                // Every answer is counted, the refusals of the limits below included.
+                .layer(axum::middleware::from_fn_with_state(state.clone(), count_requests))
+                // The request target and header fields are checked before anything else looks at them.
+                .layer(axum::middleware::from_fn_with_state(state.clone(), limits::request_head))
+                // A request that takes longer than `http.request_timeout_ms` is cut off with 408 rather than
+                // holding resources, and a handler that panics is a 500 for that request, not a dead
+                // connection task; both answer in the endpoint's format.
+                .layer(axum::middleware::from_fn_with_state(state.clone(), limits::deadline))
                 // Bodies are read by our own extractors, which turn this limit into a 413 in our format.
-                .layer(DefaultBodyLimit::max(max_body))
-                // A request that takes longer than this is cut off with 408 rather than holding resources. It
-                // times the handler only, not the body: SSE streams, answered at once, run as long as they
-                // last.
-                .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout)),
+                .layer(DefaultBodyLimit::max(max_body)),
         )
         .with_state(state)
 }
 
-/// Counts every answer by route template, method and status, and times it.
+/// Counts every answer by route template, method and status, and times it; counts a limit's refusal (an
+/// answer marked [`Refused`]) by the limit.
 async fn count_requests(
     State(state): State<AppState>,
     route: Option<MatchedPath>,
@@ -93,6 +94,9 @@ async fn count_requests(
     metrics.http_duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
     let labels = HttpLabels { route: labels.route, method: labels.method, status: response.status().as_u16() };
     metrics.http_requests.get_or_create(&labels).inc();
+    if let Some(Refused(limit)) = response.extensions().get::<Refused>() {
+        metrics.refused(*limit);
+    }
     response
 }
 

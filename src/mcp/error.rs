@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::jsonrpc::{self, RequestId};
 use super::types::SUPPORTED_VERSIONS;
+use crate::metrics::{Limit, Refused};
 use crate::store::StoreError;
 
 /// hivegate's own JSON-RPC codes, outside the range JSON-RPC and MCP reserve.
@@ -18,6 +19,8 @@ pub mod code {
     pub const FORBIDDEN: i32 = -31403;
     pub const UNKNOWN_AGENT: i32 = -31404;
     pub const UNKNOWN_SESSION: i32 = -31410;
+    /// The request took longer than `http.request_timeout_ms` (HTTP 408).
+    pub const TIMEOUT: i32 = -31408;
     pub const RATE_LIMITED: i32 = -31429;
     pub const UNAVAILABLE: i32 = -31503;
     pub const PARSE_ERROR: i32 = -32700;
@@ -63,8 +66,33 @@ pub enum McpError {
     /// Opening another SSE stream would exceed the limit for the key or the agent on this replica.
     #[error("too many open streams for this {scope} (the limit is {limit}); close one first")]
     TooManyStreams { scope: &'static str, limit: u32 },
-    #[error("request body is larger than {limit} bytes")]
+    #[error("Invalid Request: the request body is larger than {limit} bytes (limits.max_body_bytes)")]
     BodyTooLarge { limit: usize },
+    /// Arrays and objects nested deeper than `limits.max_json_depth`. -32600 rather than -32700: the body
+    /// may well be JSON, but it is one hivegate does not accept, like a body over the size limit (the
+    /// contract's -32600 with 413); the status is 400 as for any other envelope that cannot be accepted.
+    #[error("Invalid Request: the body nests arrays and objects deeper than {limit} levels (limits.max_json_depth)")]
+    JsonTooDeep { limit: usize },
+    /// The request target is longer than `limits.max_uri_bytes` (414).
+    #[error("Invalid Request: the request URI is longer than {limit} bytes (limits.max_uri_bytes)")]
+    UriTooLong { limit: usize },
+    /// The header fields together are larger than `limits.max_header_bytes` (431).
+    #[error("Invalid Request: the request's header fields are larger than {limit} bytes (limits.max_header_bytes)")]
+    HeadersTooLarge { limit: usize },
+    /// A batch of more messages than one answer may hold.
+    #[error("Invalid Request: a batch holds at most {max} messages")]
+    BatchTooLarge { max: usize },
+    /// The request was not answered within `http.request_timeout_ms` (408); it may or may not have taken
+    /// effect, like any request whose answer is lost.
+    #[error("Request Timeout: no answer within {limit_ms} ms (http.request_timeout_ms)")]
+    Timeout { limit_ms: u64 },
+    /// A bug while handling the request (a panic): 500, the cause is logged.
+    #[error("Internal error")]
+    Crashed,
+    /// Valid params that a limit refuses (e.g. too many subscriptions, a render over its budget): -32602
+    /// with HTTP 200, like other params the method cannot serve.
+    #[error("Invalid params: {message}")]
+    OverLimit { limit: Limit, message: String },
     #[error("Parse error: {0}")]
     Parse(String),
     #[error("Invalid Request: {0}")]
@@ -106,6 +134,14 @@ impl McpError {
             McpError::UnknownSession => (StatusCode::NOT_FOUND, code::UNKNOWN_SESSION),
             McpError::TooManyStreams { .. } => (StatusCode::TOO_MANY_REQUESTS, code::RATE_LIMITED),
             McpError::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, code::INVALID_REQUEST),
+            McpError::JsonTooDeep { .. } | McpError::BatchTooLarge { .. } => {
+                (StatusCode::BAD_REQUEST, code::INVALID_REQUEST)
+            }
+            McpError::UriTooLong { .. } => (StatusCode::URI_TOO_LONG, code::INVALID_REQUEST),
+            McpError::HeadersTooLarge { .. } => (StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, code::INVALID_REQUEST),
+            McpError::Timeout { .. } => (StatusCode::REQUEST_TIMEOUT, code::TIMEOUT),
+            McpError::Crashed => (StatusCode::INTERNAL_SERVER_ERROR, code::INTERNAL_ERROR),
+            McpError::OverLimit { .. } => (StatusCode::OK, code::INVALID_PARAMS),
             McpError::Parse(_) => (StatusCode::BAD_REQUEST, code::PARSE_ERROR),
             McpError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, code::INVALID_REQUEST),
             McpError::NotAcceptable => (StatusCode::NOT_ACCEPTABLE, code::INVALID_REQUEST),
@@ -130,6 +166,21 @@ impl McpError {
         self.status_and_code().0
     }
 
+    /// The configured limit this error is a refusal by, if it is one (counted in `limit_refused`).
+    pub fn limit(&self) -> Option<Limit> {
+        match self {
+            McpError::BodyTooLarge { .. } => Some(Limit::Body),
+            McpError::JsonTooDeep { .. } => Some(Limit::JsonDepth),
+            McpError::UriTooLong { .. } => Some(Limit::Uri),
+            McpError::HeadersTooLarge { .. } => Some(Limit::Header),
+            McpError::BatchTooLarge { .. } => Some(Limit::Batch),
+            McpError::Timeout { .. } => Some(Limit::Timeout),
+            McpError::TooManyStreams { .. } => Some(Limit::Streams),
+            McpError::OverLimit { limit, .. } => Some(*limit),
+            _ => None,
+        }
+    }
+
     /// The error's `data` member, when the specification or the contract defines one.
     pub fn data(&self) -> Option<Value> {
         match self {
@@ -139,6 +190,11 @@ impl McpError {
             McpError::ResourceNotFound { uri, .. } => Some(json!({ "uri": uri })),
             McpError::RateLimited { retry_after_ms } => Some(json!({ "retryAfterMs": retry_after_ms })),
             McpError::TooManyStreams { scope, limit } => Some(json!({ "limit": limit, "per": scope })),
+            McpError::BodyTooLarge { limit }
+            | McpError::JsonTooDeep { limit }
+            | McpError::UriTooLong { limit }
+            | McpError::HeadersTooLarge { limit } => Some(json!({ "limit": limit })),
+            McpError::Timeout { limit_ms } => Some(json!({ "limitMs": limit_ms })),
             _ => None,
         }
     }
@@ -153,6 +209,9 @@ impl McpError {
         )
             .into_response();
         response.extensions_mut().insert(super::audit::ErrorCode(self.code()));
+        if let Some(limit) = self.limit() {
+            response.extensions_mut().insert(Refused(limit));
+        }
         let headers = response.headers_mut();
         match &self {
             McpError::Unauthenticated => {

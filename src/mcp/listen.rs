@@ -61,7 +61,12 @@ impl Listen {
         let _ = filter.tools_list_changed;
         let requested = filter.resource_subscriptions.unwrap_or_default();
         if requested.len() > max_uris as usize {
-            return Err(McpError::InvalidParams(format!("a listen names at most {max_uris} resourceSubscriptions")));
+            return Err(McpError::OverLimit {
+                limit: crate::metrics::Limit::Subscriptions,
+                message: format!(
+                    "a listen names at most {max_uris} resourceSubscriptions (sessions.max_subscriptions)"
+                ),
+            });
         }
         let mut seen = HashSet::new();
         let uris: Vec<String> = requested
@@ -141,9 +146,11 @@ mod tests {
         for params in [
             json!({"notifications": {"promptsListChanged": "yes"}}),
             json!({"notifications": {"resourceSubscriptions": "test://a"}}),
-            json!({"notifications": {"resourceSubscriptions": ["a://1", "a://2", "a://3"]}}),
         ] {
             assert!(matches!(Listen::parse(Some(params), 2), Err(McpError::InvalidParams(_))));
         }
+        let over = json!({"notifications": {"resourceSubscriptions": ["a://1", "a://2", "a://3"]}});
+        let Err(error) = Listen::parse(Some(over), 2) else { panic!("over the limit") };
+        assert_eq!((error.code(), error.limit()), (-32602, Some(crate::metrics::Limit::Subscriptions)));
     }
 }

@@ -38,6 +38,7 @@ use crate::domain::session::Session;
 use crate::domain::{AgentId, Scope};
 use crate::guard::RateLimitSlot;
 use crate::http::auth::{KeyCache, KeyError, is_key_of};
+use crate::metrics::Refused;
 use crate::state::AppState;
 
 /// Requests one batch may hold; a larger batch is -32600 (a batch is answered in one response).
@@ -68,6 +69,11 @@ pub async fn post(
         Ok(bytes) => bytes,
         Err(error) => return unparsed(&admitted).attach(error.into_http(None)),
     };
+    // Nesting is part of "JSON" in the order of checks: counted over the bytes before they are parsed.
+    let max_depth = state.config.limits.max_json_depth;
+    if crate::http::limits::nests_deeper_than(&bytes, max_depth) {
+        return unparsed(&admitted).attach(McpError::JsonTooDeep { limit: max_depth }.into_http(None));
+    }
     match jsonrpc::parse(&bytes) {
         Ok(Body::Single(message)) => {
             let trail = match &message {
@@ -230,9 +236,13 @@ async fn single(
     }
 }
 
-/// Marks an answer that carries a JSON-RPC error (with HTTP 200) for the audit record.
+/// Marks an answer that carries a JSON-RPC error (with HTTP 200) for the audit record, and for the limit
+/// counter when a limit refused it.
 fn failed(mut response: Response, error: &McpError) -> Response {
     response.extensions_mut().insert(ErrorCode(error.code()));
+    if let Some(limit) = error.limit() {
+        response.extensions_mut().insert(Refused(limit));
+    }
     response
 }
 
@@ -297,7 +307,7 @@ async fn batch(
     messages: Vec<Result<Message, Malformed>>,
 ) -> Response {
     if messages.len() > MAX_BATCH {
-        return McpError::InvalidRequest(format!("a batch holds at most {MAX_BATCH} messages")).into_http(None);
+        return McpError::BatchTooLarge { max: MAX_BATCH }.into_http(None);
     }
     let era = match era::detect_batch(headers, &messages) {
         Ok(era) => era,
@@ -333,7 +343,13 @@ async fn batch(
                 } else {
                     match dispatch::call(&ctx, &call).await {
                         Ok(result) => jsonrpc::success(id, &result),
-                        Err(error) => jsonrpc::failure(Some(id), &error),
+                        Err(error) => {
+                            // One answer holds every item: a refused item is counted here.
+                            if let Some(limit) = error.limit() {
+                                state.metrics.refused(limit);
+                            }
+                            jsonrpc::failure(Some(id), &error)
+                        }
                     }
                 };
                 answers.push(answer);

@@ -126,6 +126,47 @@ impl TestDatabase {
     }
 }
 
+/// An open transaction on the test database that keeps hivegate's writes waiting until it is released: the
+/// database's write lock (SQLite), or exclusive locks on `agent` and `session`, which reads pass (PostgreSQL).
+pub enum WriteLock {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(PgConnection),
+}
+
+impl TestDatabase {
+    /// Takes the [`WriteLock`]; it is held once this returns.
+    pub async fn lock_writes(&self) -> WriteLock {
+        match &self.cleanup {
+            Cleanup::PostgresDatabase { .. } => {
+                let mut conn = PgConnection::connect(&self.url).await.expect("test database connection");
+                sqlx::raw_sql("begin; lock table agent, session in exclusive mode").execute(&mut conn).await.unwrap();
+                WriteLock::Postgres(conn)
+            }
+            Cleanup::SqliteFile(_) => {
+                let mut conn = sqlx::SqliteConnection::connect(&self.url).await.expect("test database connection");
+                sqlx::raw_sql("begin immediate").execute(&mut conn).await.unwrap();
+                WriteLock::Sqlite(conn)
+            }
+        }
+    }
+}
+
+impl WriteLock {
+    /// Ends the transaction (writing nothing): the waiting writes go on.
+    pub async fn release(self) {
+        match self {
+            WriteLock::Postgres(mut conn) => {
+                sqlx::raw_sql("rollback").execute(&mut conn).await.unwrap();
+                let _ = conn.close().await;
+            }
+            WriteLock::Sqlite(mut conn) => {
+                sqlx::raw_sql("rollback").execute(&mut conn).await.unwrap();
+                let _ = conn.close().await;
+            }
+        }
+    }
+}
+
 impl Drop for TestDatabase {
     fn drop(&mut self) {
         match &self.cleanup {

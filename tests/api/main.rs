@@ -42,6 +42,8 @@ mod health;
 mod isolation;
 /// API keys: issue, list, revoke, and their errors.
 mod keys;
+/// The hardening limits: JSON nesting, header fields, request target, resource URIs, time; secrets in logs.
+mod limits;
 /// Clients for the live-update stories: SSE reading, legacy sessions, listen streams.
 mod live_client;
 /// Modern subscriptions/listen streams: acknowledgement, filter, tags, several listens, the server's end.

@@ -248,9 +248,12 @@ async fn template_and_directory_reads(backend: Backend) {
         answer.result()["contents"].as_array().unwrap().iter().map(|c| c["uri"].as_str().unwrap().to_owned()).collect();
     assert_eq!(uris, ["file:///many", "file:///many/b.txt"]);
 
-    // A URI that could never be stored is simply not found.
+    // A URI that could never be stored is not found; one longer than any resource URI may be is invalid
+    // params, naming the limit.
+    mcp.legacy("resources/read", json!({"uri": "no scheme"})).await.error(StatusCode::OK, -32002);
     let long = format!("test://{}", "x".repeat(4096));
-    mcp.legacy("resources/read", json!({"uri": long})).await.error(StatusCode::OK, -32002);
+    let answer = mcp.legacy("resources/read", json!({"uri": long})).await;
+    assert!(answer.error(StatusCode::OK, -32602)["message"].as_str().unwrap().contains("at most 2048"));
 }
 
 async fn prompts_in_both_eras(backend: Backend) {

@@ -15,12 +15,24 @@ use minijinja::{Error, ErrorKind};
 pub struct Budget {
     limit: usize,
     used: usize,
+    /// Whether a render charging it was refused for want of bytes or of fuel.
+    is_spent: bool,
 }
 
 impl Budget {
     /// A budget of `limit` bytes, none used yet.
     pub const fn new(limit: usize) -> Self {
-        Self { limit, used: 0 }
+        Self { limit, used: 0, is_spent: false }
+    }
+
+    /// Whether a render was refused because it would have exceeded this budget or run out of fuel: the
+    /// template hit a render limit, rather than being wrong.
+    pub const fn is_spent(&self) -> bool {
+        self.is_spent
+    }
+
+    pub(super) fn spend(&mut self) {
+        self.is_spent = true;
     }
 
     /// The bytes this budget allows in all.

@@ -89,6 +89,9 @@ pub fn render_with_budget(
     let exceeded = scope.exceeded();
     drop(scope);
     if let Err(error) = rendered {
+        if exceeded.is_some() || error.kind() == minijinja::ErrorKind::OutOfFuel {
+            budget.spend();
+        }
         return Err(match exceeded {
             Some(refusal) => match error.line() {
                 Some(line) => format!("{refusal} (line {line})"),

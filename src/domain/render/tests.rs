@@ -304,6 +304,7 @@ fn a_budget_is_shared_by_the_renders_given_it() {
     assert_eq!(budget.remaining(), BUDGET_BYTES - 600 * 1024);
     let error = render_with_budget(text, &values, &mut budget).expect_err("over the shared budget");
     assert!(error.contains("output budget"), "{error}");
+    assert!(budget.is_spent(), "a render refused for want of bytes spends the budget");
     let mut small = Budget::new(10);
     assert_eq!(render_with_budget("0123456789", &values, &mut small).as_deref(), Ok("0123456789"));
     assert!(render_with_budget("a", &values, &mut small).is_err());
@@ -344,7 +345,12 @@ fn list_items_cost_one_value_each() {
 
 #[test]
 fn runaway_loops_run_out_of_fuel() {
-    let error = render("{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}", &args(&[]))
-        .expect_err("out of fuel");
+    let mut budget = Budget::default();
+    let text = "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}";
+    let error = render_with_budget(text, &args(&[]), &mut budget).expect_err("out of fuel");
     assert!(error.contains("fuel"), "{error}");
+    assert!(budget.is_spent(), "running out of fuel is a render limit");
+    let mut budget = Budget::default();
+    assert!(render_with_budget("{{ 1 + }}", &args(&[]), &mut budget).is_err());
+    assert!(!budget.is_spent(), "a broken template is not a render limit");
 }

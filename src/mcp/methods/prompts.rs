@@ -18,6 +18,7 @@ use crate::mcp::error::McpError;
 use crate::mcp::types::{
     ContentBlock, GetPromptRequestParams, GetPromptResult, McpPrompt, McpPromptArgument, McpPromptMessage, McpRole,
 };
+use crate::metrics::Limit;
 use crate::registry::cache::{Key, Loaded};
 use crate::registry::cursor::ListKind;
 
@@ -89,6 +90,11 @@ pub const MAX_ARGUMENT_BYTES: usize = 64 * 1024;
 /// The most bytes all arguments may have together, names and values.
 pub const MAX_ARGUMENTS_BYTES: usize = 256 * 1024;
 
+/// A refusal by one of the limits on what a render is given or makes: -32602, counted as `template`.
+fn over_limit(message: String) -> McpError {
+    McpError::OverLimit { limit: Limit::Template, message }
+}
+
 /// `prompts/get`.
 pub struct GetPrompt {
     name: String,
@@ -102,10 +108,7 @@ impl McpMethod for GetPrompt {
         let parsed: GetPromptRequestParams = params(raw)?;
         let given = parsed.arguments.unwrap_or_default();
         if given.len() > MAX_ARGUMENTS {
-            return Err(McpError::InvalidParams(format!(
-                "{} arguments given; at most {MAX_ARGUMENTS} are allowed",
-                given.len()
-            )));
+            return Err(over_limit(format!("{} arguments given; at most {MAX_ARGUMENTS} are allowed", given.len())));
         }
         let mut arguments = BTreeMap::new();
         let mut total = 0;
@@ -114,16 +117,14 @@ impl McpMethod for GetPrompt {
                 return Err(McpError::InvalidParams(format!("argument {name:?} must be a string")));
             };
             if value.len() > MAX_ARGUMENT_BYTES {
-                return Err(McpError::InvalidParams(format!(
+                return Err(over_limit(format!(
                     "argument {name:?} is {} bytes; at most {MAX_ARGUMENT_BYTES} are allowed",
                     value.len()
                 )));
             }
             total += name.len() + value.len();
             if total > MAX_ARGUMENTS_BYTES {
-                return Err(McpError::InvalidParams(format!(
-                    "the arguments are more than {MAX_ARGUMENTS_BYTES} bytes together"
-                )));
+                return Err(over_limit(format!("the arguments are more than {MAX_ARGUMENTS_BYTES} bytes together")));
             }
             arguments.insert(name, value);
         }
@@ -151,14 +152,21 @@ impl McpMethod for GetPrompt {
         // Rendering is CPU work up to the fuel limit: it runs on the blocking pool, not on an async worker.
         let stored = Arc::clone(&prompt);
         let arguments = self.arguments;
+        let (rendered, budget) = tokio::task::spawn_blocking(move || {
+            let mut budget = Budget::default();
+            (render_messages(&stored.messages, &arguments, &mut budget), budget)
+        })
+        .await
+        .map_err(|error| {
+            tracing::error!(prompt = %prompt.name, %error, "rendering a prompt did not complete");
+            McpError::Internal
+        })?;
         let rendered =
-            tokio::task::spawn_blocking(move || render_messages(&stored.messages, &arguments, &mut Budget::default()))
-                .await
-                .map_err(|error| {
-                    tracing::error!(prompt = %prompt.name, %error, "rendering a prompt did not complete");
-                    McpError::Internal
-                })?
-                .map_err(McpError::InvalidParams)?;
+            rendered.map_err(
+                |message| {
+                    if budget.is_spent() { over_limit(message) } else { McpError::InvalidParams(message) }
+                },
+            )?;
         let mut messages = Vec::with_capacity(rendered.len());
         for message in rendered {
             let content: ContentBlock = serde_json::from_value(message.content).map_err(|error| {

@@ -10,11 +10,13 @@ use serde_json::Value;
 
 use super::{McpMethod, params};
 use crate::domain::model::{Content, Resource, ResourceTemplate};
-use crate::domain::{ResourceUri, UriTemplate, render};
+use crate::domain::render::{self, Budget};
+use crate::domain::{ResourceUri, UriTemplate};
 use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
 use crate::mcp::types::{ReadResourceRequestParams, ReadResourceResult, ResourceContents};
 use crate::mcp::uri_match::{MatchBudget, match_uri_within};
+use crate::metrics::Limit;
 use crate::registry::cache::{Key, Loaded};
 
 /// The MIME type that marks a directory resource.
@@ -38,6 +40,8 @@ impl McpMethod for ReadResource {
 
     fn parse(raw: Option<Value>) -> Result<Self, McpError> {
         let parsed: ReadResourceRequestParams = params(raw)?;
+        // Longer than any resource URI may be: invalid params, rather than a not-found echoing it back.
+        ResourceUri::check_length(&parsed.uri).map_err(|error| McpError::InvalidParams(error.0))?;
         Ok(Self { uri: parsed.uri })
     }
 
@@ -164,12 +168,21 @@ async fn from_template(ctx: &Context<'_>, uri: &str) -> Result<ResourceContents,
     // The variables are pieces of the URI, which is at most `MAX_URI_BYTES` long. Rendering is CPU work up
     // to the fuel limit: it runs on the blocking pool, with an output budget of its own.
     let source = template.text.clone().unwrap_or_default();
-    let rendered = tokio::task::spawn_blocking(move || render::render(&source, &variables)).await.map_err(|error| {
+    let (rendered, budget) = tokio::task::spawn_blocking(move || {
+        let mut budget = Budget::default();
+        (render::render_with_budget(&source, &variables, &mut budget), budget)
+    })
+    .await
+    .map_err(|error| {
         tracing::error!(template = %template.uri_template, %error, "rendering a template text did not complete");
         McpError::Internal
     })?;
-    let text = rendered.map_err(|error| {
-        tracing::warn!(template = %template.uri_template, %error, "template text failed to render");
+    let text = rendered.map_err(|message| {
+        if budget.is_spent() {
+            // The URI's variables took the render over a render limit: the client's params, -32602.
+            return McpError::OverLimit { limit: Limit::Template, message: format!("reading {uri}: {message}") };
+        }
+        tracing::warn!(template = %template.uri_template, error = %message, "template text failed to render");
         McpError::Internal
     })?;
     let mime_type = Some(template.mime_type.clone().unwrap_or_else(|| "text/plain".to_owned()));

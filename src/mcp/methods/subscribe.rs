@@ -14,6 +14,7 @@ use crate::domain::ResourceUri;
 use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
 use crate::mcp::types::EmptyObject;
+use crate::metrics::Limit;
 use crate::store::StoreError;
 
 #[derive(Deserialize)]
@@ -40,7 +41,10 @@ impl McpMethod for Subscribe {
         let limit = ctx.state.config.sessions.max_subscriptions;
         match ctx.state.store.subscribe(&ctx.agent.id, &session.digest, &self.uri, limit).await {
             Ok(true) => Ok(EmptyObject {}),
-            Ok(false) => Err(McpError::InvalidParams(format!("a session subscribes to at most {limit} URIs"))),
+            Ok(false) => Err(McpError::OverLimit {
+                limit: Limit::Subscriptions,
+                message: format!("a session subscribes to at most {limit} URIs (sessions.max_subscriptions)"),
+            }),
             // The session ended while the request was on its way.
             Err(StoreError::NotFound) => Err(McpError::UnknownSession),
             Err(error) => Err(error.into()),
@@ -58,6 +62,8 @@ impl McpMethod for Unsubscribe {
 
     fn parse(raw: Option<Value>) -> Result<Self, McpError> {
         let parsed: UriParams = params(raw)?;
+        // Any other string may be unsubscribed (it is simply not subscribed), but not one longer than a URI.
+        ResourceUri::check_length(&parsed.uri).map_err(|error| McpError::InvalidParams(error.0))?;
         Ok(Self { uri: parsed.uri })
     }
 
@@ -80,5 +86,8 @@ mod tests {
         assert!(matches!(Subscribe::parse(Some(json!({"uri": "no scheme"}))), Err(McpError::InvalidParams(_))));
         assert!(matches!(Subscribe::parse(None), Err(McpError::InvalidParams(_))));
         assert!(Unsubscribe::parse(Some(json!({"uri": "anything at all"}))).is_ok());
+        let too_long = format!("test://{}", "a".repeat(2048));
+        assert!(matches!(Subscribe::parse(Some(json!({"uri": too_long}))), Err(McpError::InvalidParams(_))));
+        assert!(matches!(Unsubscribe::parse(Some(json!({"uri": too_long}))), Err(McpError::InvalidParams(_))));
     }
 }

@@ -1,0 +1,265 @@
+//! Limits on the request itself, and the answers of the layers that cut a request short, in the format of
+//! the endpoint it was for: a JSON-RPC error on `/{agent_id}/mcp`, `application/problem+json` elsewhere.
+//!
+//! - [`request_head`]: the request target (`limits.max_uri_bytes`, 414) and the header fields
+//!   (`limits.max_header_bytes`, 431), before anything else looks at the request. This is a check on the
+//!   parsed request: hyper's own caps still apply below it (a request head must fit hyper's read buffer of
+//!   about 400 KiB, with at most 100 header fields, and a target of at most 65534 bytes), and hyper answers a
+//!   request over those with a bare 431 or 414 before hivegate sees it.
+//! - [`deadline`]: `http.request_timeout_ms` (408) and a handler that panics (500).
+//! - [`nests_deeper_than`]: `limits.max_json_depth`, counted over a body's bytes before it is parsed, by
+//!   the MCP endpoint and the admin API's body extractor.
+//!
+//! Every refusal is marked with [`Refused`] so that the request counter counts it in `limit_refused`.
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::HeaderMap;
+use axum::http::Uri;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::FutureExt;
+
+use crate::error::ApiError;
+use crate::mcp::error::McpError;
+use crate::metrics::Limit;
+use crate::state::AppState;
+
+/// The route whose errors are JSON-RPC errors.
+const MCP_ROUTE: &str = "/{agent_id}/mcp";
+
+/// Whether the request was routed to the MCP endpoint (its errors are JSON-RPC errors).
+fn is_mcp(route: Option<&MatchedPath>) -> bool {
+    route.is_some_and(|route| route.as_str() == MCP_ROUTE)
+}
+
+/// Refuses a request target longer than `limits.max_uri_bytes` (414) and header fields larger than
+/// `limits.max_header_bytes` together (431); the first before the second.
+pub async fn request_head(
+    State(state): State<AppState>,
+    route: Option<MatchedPath>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let limits = &state.config.limits;
+    let is_mcp = is_mcp(route.as_ref());
+    let uri_bytes = uri_len(request.uri());
+    if uri_bytes > limits.max_uri_bytes {
+        let limit = limits.max_uri_bytes;
+        if is_mcp {
+            return McpError::UriTooLong { limit }.into_http(None);
+        }
+        let detail =
+            format!("the request URI is {uri_bytes} bytes; at most {limit} are allowed (limits.max_uri_bytes)");
+        return ApiError::limited(Limit::Uri, ApiError::UriTooLong(detail)).into_response();
+    }
+    let header_bytes = header_len(request.headers());
+    if header_bytes > limits.max_header_bytes {
+        let limit = limits.max_header_bytes;
+        if is_mcp {
+            return McpError::HeadersTooLarge { limit }.into_http(None);
+        }
+        let detail = format!(
+            "the header fields are {header_bytes} bytes; at most {limit} are allowed (limits.max_header_bytes)"
+        );
+        return ApiError::limited(Limit::Header, ApiError::HeaderFieldsTooLarge(detail)).into_response();
+    }
+    next.run(request).await
+}
+
+/// The request target's bytes as the client sent them: the path and query, and the scheme and authority of
+/// an absolute-form target.
+pub fn uri_len(uri: &Uri) -> usize {
+    uri.scheme_str().map_or(0, |scheme| scheme.len() + "://".len())
+        + uri.authority().map_or(0, |authority| authority.as_str().len())
+        + uri.path_and_query().map_or(0, |path| path.as_str().len())
+}
+
+/// The header fields' bytes, each counted as HTTP/1.1 writes it: `name: value` and a line break.
+pub fn header_len(headers: &HeaderMap) -> usize {
+    headers.iter().map(|(name, value)| name.as_str().len() + value.len() + ": \r\n".len()).sum()
+}
+
+/// Answers 408 when the handler has not answered within `http.request_timeout_ms`, and 500 when it panics;
+/// both in the endpoint's format. The time is the handler's until its answer starts: an SSE stream, answered
+/// at once, runs as long as it lasts. Dropping the handler's future on time-out cancels its work (a store
+/// transaction that has not committed rolls back).
+pub async fn deadline(
+    State(state): State<AppState>,
+    route: Option<MatchedPath>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let limit = Duration::from_millis(state.config.http.request_timeout_ms);
+    within(limit, is_mcp(route.as_ref()), next.run(request)).await
+}
+
+/// `answer`, unless it takes longer than `limit` (408) or panics (500).
+async fn within(limit: Duration, is_mcp: bool, answer: impl Future<Output = Response>) -> Response {
+    let limit_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
+    match tokio::time::timeout(limit, AssertUnwindSafe(answer).catch_unwind()).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(panic)) => {
+            let cause = panic_message(panic.as_ref());
+            if is_mcp {
+                tracing::error!(%cause, "an MCP request panicked");
+                McpError::Crashed.into_http(None)
+            } else {
+                ApiError::Internal(format!("the handler panicked: {cause}")).into_response()
+            }
+        }
+        Err(_elapsed) if is_mcp => McpError::Timeout { limit_ms }.into_http(None),
+        Err(_elapsed) => ApiError::limited(
+            Limit::Timeout,
+            ApiError::RequestTimeout(format!(
+                "the request was not answered within {limit_ms} ms (http.request_timeout_ms); it may or may not \
+                 have taken effect"
+            )),
+        )
+        .into_response(),
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic.downcast_ref::<&str>().copied().or_else(|| panic.downcast_ref::<String>().map(String::as_str)).unwrap_or("?")
+}
+
+/// Whether the JSON text `bytes` nests arrays and objects more than `max` levels deep (`{}` is one level,
+/// a scalar none). Brackets inside strings do not count. The bytes need not be valid JSON: only nesting is
+/// looked at, parsing comes after (and refuses what is not JSON). One pass, no allocation; the insides of
+/// strings, which make up most of a large body, are skipped with `memchr`.
+pub fn nests_deeper_than(bytes: &[u8], max: usize) -> bool {
+    let mut depth = 0usize;
+    let mut at = 0;
+    while let Some(&byte) = bytes.get(at) {
+        at += 1;
+        match byte {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b'"' => at = string_end(bytes, at),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The index just past the closing quote of the string whose contents start at `from` (the end of `bytes`
+/// when it is not closed).
+fn string_end(bytes: &[u8], mut from: usize) -> usize {
+    loop {
+        let Some(rest) = bytes.get(from..) else { return bytes.len() };
+        match memchr::memchr2(b'"', b'\\', rest) {
+            None => return bytes.len(),
+            // An escape: skip the escaped byte, which may be a quote.
+            Some(offset) if rest[offset] == b'\\' => from += offset + 2,
+            Some(offset) => return from + offset + 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::Router;
+    use axum::http::{HeaderValue, StatusCode};
+    use axum::routing::get;
+
+    use super::*;
+
+    #[test]
+    fn depth_counts_brackets_outside_strings() {
+        assert!(!nests_deeper_than(b"1", 0));
+        assert!(nests_deeper_than(b"{}", 0));
+        assert!(!nests_deeper_than(b"{}", 1));
+        assert!(!nests_deeper_than(br#"{"a": [1, {"b": []}], "c": {}}"#, 4));
+        assert!(nests_deeper_than(br#"{"a": [1, {"b": []}], "c": {}}"#, 3));
+        assert!(!nests_deeper_than(br#"{"a": "[[[[{{{{"}"#, 1), "brackets in strings do not count");
+        assert!(!nests_deeper_than(br#"{"a": "\"[[[[", "b": "\\", "c": 1}"#, 1), "escaped quotes stay inside");
+        assert!(nests_deeper_than(br#"{"a": "\\", "b": [[1]]}"#, 2), "an escaped backslash ends no string");
+        assert!(!nests_deeper_than(br#"{"a": "unterminated [[[["#, 1));
+        assert!(!nests_deeper_than(b"]]]]{", 1), "stray closers do not go below zero");
+        let deep = format!("{}{}", "[".repeat(65), "]".repeat(65));
+        assert!(nests_deeper_than(deep.as_bytes(), 64));
+        assert!(!nests_deeper_than(deep.as_bytes(), 65));
+    }
+
+    #[test]
+    fn depth_agrees_with_the_parser() {
+        // What the scan lets through at the parser's own limit, the parser takes; one more level it refuses.
+        let nested = |levels: usize| format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+        let deepest = (1..200).take_while(|&n| serde_json::from_str::<serde_json::Value>(&nested(n)).is_ok()).last();
+        assert_eq!(deepest, Some(crate::config::MAX_JSON_DEPTH), "serde_json's recursion limit moved");
+    }
+
+    #[test]
+    fn sizes_count_what_the_client_sent() {
+        assert_eq!(uri_len(&"/a/mcp?x=1".parse().unwrap()), 10);
+        assert_eq!(uri_len(&"http://h:1/a".parse().unwrap()), 12);
+        let mut headers = HeaderMap::new();
+        headers.insert("host", HeaderValue::from_static("example"));
+        headers.append("x-a", HeaderValue::from_static("1"));
+        headers.append("x-a", HeaderValue::from_static("22"));
+        assert_eq!(header_len(&headers), (4 + 7 + 4) + (3 + 1 + 4) + (3 + 2 + 4));
+    }
+
+    async fn answer_of(router: Router, path: &str) -> (StatusCode, String, serde_json::Value) {
+        use tower::ServiceExt;
+        let request = Request::builder().uri(path).body(axum::body::Body::empty()).unwrap();
+        let response = router.oneshot(request).await.unwrap();
+        let status = response.status();
+        let content_type = response.headers()["content-type"].to_str().unwrap().to_owned();
+        let body = axum::body::to_bytes(response.into_body(), 4096).await.unwrap();
+        (status, content_type, serde_json::from_slice(&body).unwrap())
+    }
+
+    /// A router whose routes (the MCP route and an admin one) answer as `handler` does, within 100 ms.
+    fn guarded<H, T>(handler: H) -> Router
+    where
+        H: axum::handler::Handler<T, ()>,
+        T: 'static,
+    {
+        Router::new().route(MCP_ROUTE, get(handler.clone())).route("/admin/v1/agents", get(handler)).layer(
+            axum::middleware::from_fn(|route: Option<MatchedPath>, request: Request, next: Next| {
+                within(Duration::from_millis(100), is_mcp(route.as_ref()), next.run(request))
+            }),
+        )
+    }
+
+    /// A panic cannot be provoked through the real API (it would be a bug): this handler panics on purpose.
+    #[tokio::test]
+    async fn a_panic_is_a_500_in_the_endpoints_format() {
+        async fn panics() -> &'static str {
+            panic!("on purpose")
+        }
+        let router = guarded(panics);
+        let (status, content_type, body) = answer_of(router.clone(), "/bot/mcp").await;
+        assert_eq!((status, content_type.as_str()), (StatusCode::INTERNAL_SERVER_ERROR, "application/json"));
+        assert_eq!(body["error"]["code"], -32603);
+        assert_eq!(body["id"], serde_json::Value::Null);
+        let (status, content_type, body) = answer_of(router, "/admin/v1/agents").await;
+        assert_eq!((status, content_type.as_str()), (StatusCode::INTERNAL_SERVER_ERROR, crate::error::PROBLEM_JSON));
+        assert!(!body["detail"].as_str().unwrap().contains("on purpose"), "the cause is logged, not returned");
+    }
+
+    #[tokio::test]
+    async fn a_late_answer_is_a_408_in_the_endpoints_format() {
+        async fn never() -> &'static str {
+            std::future::pending().await
+        }
+        let router = guarded(never);
+        let (status, content_type, body) = answer_of(router.clone(), "/bot/mcp").await;
+        assert_eq!((status, content_type.as_str()), (StatusCode::REQUEST_TIMEOUT, "application/json"));
+        assert_eq!(body["error"]["code"], -31408);
+        assert_eq!(body["error"]["data"]["limitMs"], 100);
+        let (status, content_type, body) = answer_of(router, "/admin/v1/agents").await;
+        assert_eq!((status, content_type.as_str()), (StatusCode::REQUEST_TIMEOUT, crate::error::PROBLEM_JSON));
+        assert!(body["detail"].as_str().unwrap().contains("http.request_timeout_ms"), "{body}");
+    }
+}
