@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::serve::{Listener, ListenerExt};
+use futures::FutureExt;
 use tokio::net::TcpListener;
 
 use crate::audit::{AuditTask, AuditWriter};
@@ -28,13 +30,16 @@ use crate::state::AppState;
 use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{Store, StoreError, setting};
+use crate::tls::TlsListener;
 
 /// The generated operator token's prefix, so it is never mistaken for an agent key.
 const OPERATOR_TOKEN_PREFIX: &str = "hgo_";
 
 pub struct Application {
-    listener: TcpListener,
+    listener: PublicListener,
     address: SocketAddr,
+    /// The operator endpoints' own listener (`http.operator_listen`), when configured.
+    operator: Option<(TcpListener, SocketAddr)>,
     state: AppState,
     /// The PostgreSQL listener, running for as long as the application serves.
     pg_bus: Option<PgBus>,
@@ -93,6 +98,21 @@ impl Application {
             .await
             .with_context(|| format!("binding the listen address {}", config.listen))?;
         let address = listener.local_addr()?;
+        let listener = if config.tls.enabled() {
+            PublicListener::Tls(TlsListener::start(listener, &config.tls, metrics.clone())?)
+        } else {
+            PublicListener::Plain(listener)
+        };
+        let operator_listener = match config.http.operator_listen {
+            Some(operator_listen) => {
+                let listener = TcpListener::bind(operator_listen)
+                    .await
+                    .with_context(|| format!("binding the operator listen address {operator_listen}"))?;
+                let address = listener.local_addr()?;
+                Some((listener, address))
+            }
+            None => None,
+        };
         let state = AppState {
             config: Arc::new(config),
             store,
@@ -122,6 +142,7 @@ impl Application {
         Ok(Self {
             listener,
             address,
+            operator: operator_listener,
             state,
             pg_bus,
             _pruner: pruner,
@@ -139,40 +160,68 @@ impl Application {
         self.address
     }
 
+    /// The operator listener's address, when `http.operator_listen` is set.
+    pub fn operator_address(&self) -> Option<SocketAddr> {
+        self.operator.as_ref().map(|(_, address)| *address)
+    }
+
     /// Serves until SIGTERM or SIGINT, then drains.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         self.run_with_shutdown(shutdown_signal()).await
     }
 
-    /// Serves until `shutdown` completes; then stops accepting, closes every SSE stream (so that clients
-    /// reconnect to another replica), gives in-flight requests the configured grace period and returns.
+    /// Serves until `shutdown` completes; then stops accepting (on every listener), closes every SSE stream
+    /// (so that clients reconnect to another replica), gives in-flight requests the configured grace period
+    /// and returns.
     pub async fn run_with_shutdown(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let grace = Duration::from_millis(self.state.config.http.shutdown_grace_ms);
-        let router = crate::http::router(self.state.clone());
-        tracing::info!(address = %self.address, backend = self.state.store.backend(), "listening");
+        let tls = matches!(self.listener, PublicListener::Tls(_));
+        tracing::info!(address = %self.address, tls, backend = self.state.store.backend(), "listening");
 
-        let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+        let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
         let hub = self.state.hub.clone();
-        let graceful = async move {
+        let signal = async move {
             shutdown.await;
             tracing::info!(
                 streams = hub.open_streams(),
                 "shutting down: no new connections, closing streams, draining in-flight requests"
             );
             hub.close();
-            let _ = stopping_tx.send(());
+            let _ = stopping_tx.send(true);
         };
-        let server = axum::serve(self.listener, router.into_make_service_with_connect_info::<SocketAddr>())
-            .with_graceful_shutdown(graceful);
-        let deadline = async move {
-            if stopping_rx.await.is_ok() {
-                tokio::time::sleep(grace).await;
-            } else {
-                std::future::pending::<()>().await;
+        let stopped = |mut stopping: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = stopping.wait_for(|stopping| *stopping).await;
+        };
+        let router = crate::http::router(self.state.clone());
+        let public = async {
+            match self.listener {
+                PublicListener::Plain(listener) => serve(listener, router, stopped(stopping.clone())).await,
+                PublicListener::Tls(listener) => serve(listener, router, stopped(stopping.clone())).await,
             }
         };
+        let operator = async {
+            match self.operator {
+                Some((listener, address)) => {
+                    tracing::info!(%address, "operator endpoints listening");
+                    let router = crate::http::operator_router(self.state.clone());
+                    serve(listener, router, stopped(stopping.clone())).await
+                }
+                None => Ok(()),
+            }
+        };
+        let servers = async {
+            tokio::try_join!(
+                public.map(|outcome| outcome.context("serving HTTP")),
+                operator.map(|outcome| { outcome.context("serving the operator endpoints") })
+            )
+        };
+        // Drives the shutdown signal; once it came, the grace period starts.
+        let deadline = async move {
+            signal.await;
+            tokio::time::sleep(grace).await;
+        };
         tokio::select! {
-            outcome = server => outcome.context("serving HTTP")?,
+            outcome = servers => { outcome?; }
             () = deadline => tracing::warn!(grace_ms = grace.as_millis() as u64, "shutdown grace period over; closing remaining connections"),
         }
         // Every request has ended: write the audit records still queued.
@@ -184,6 +233,29 @@ impl Application {
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// The public listener: plain HTTP, or TLS when `[tls]` is configured.
+enum PublicListener {
+    Plain(TcpListener),
+    Tls(TlsListener),
+}
+
+/// Serves `router` on `listener` until `stopped` completes, then stops accepting and waits for the open
+/// connections to finish. Each request carries its connection's peer address as `ConnectInfo<SocketAddr>`.
+async fn serve<L>(
+    listener: L,
+    router: axum::Router,
+    stopped: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()>
+where
+    L: Listener<Addr = SocketAddr>,
+{
+    // `tap_io` with nothing to do: it is what lets `ConnectInfo` take the peer address from any listener.
+    let listener = listener.tap_io(|_| {});
+    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(stopped)
+        .await
 }
 
 /// A background task that ends with its owner.
@@ -251,28 +323,65 @@ pub fn reachable(listen: SocketAddr) -> SocketAddr {
     target
 }
 
-/// `hivegate healthcheck`: `GET /readyz` on the configured listen address (an unspecified address such as
-/// `0.0.0.0` is probed on loopback); succeeds on HTTP 200.
-pub async fn healthcheck(listen: SocketAddr) -> anyhow::Result<()> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+/// The base URL through which a client on this machine reaches this instance's admin API: the operator
+/// listener when there is one, else `listen` (https with `[tls]`).
+pub fn admin_url(config: &Config) -> String {
+    match config.http.operator_listen {
+        Some(operator) => format!("http://{}", reachable(operator)),
+        None if config.tls.enabled() => format!("https://{}", reachable(config.listen)),
+        None => format!("http://{}", reachable(config.listen)),
+    }
+}
 
-    let target = reachable(listen);
+/// `hivegate healthcheck`: `GET /readyz` on this instance, succeeding on HTTP 200. It asks the operator
+/// listener when one is configured, else the listen address (over TLS with `[tls]`); an unspecified
+/// address such as `0.0.0.0` is probed on loopback.
+pub async fn healthcheck(config: &Config) -> anyhow::Result<()> {
+    let (target, tls) = match config.http.operator_listen {
+        Some(operator) => (reachable(operator), false),
+        None => (reachable(config.listen), config.tls.enabled()),
+    };
+    let url = format!("{}://{target}/readyz", if tls { "https" } else { "http" });
     let probe = async {
-        let mut stream = tokio::net::TcpStream::connect(target).await?;
-        let request = format!("GET /readyz HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await?;
-        let mut head = [0u8; 12];
-        stream.read_exact(&mut head).await?;
-        Ok::<_, std::io::Error>(head)
+        let stream = tokio::net::TcpStream::connect(target).await?;
+        if !tls {
+            return readyz_status(stream, target).await;
+        }
+        // This probe talks to its own instance on loopback: see `LoopbackProbe` for why it accepts the
+        // presented certificate without checking it.
+        let provider = crate::tls::provider();
+        let client = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(std::io::Error::other)?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(crate::tls::LoopbackProbe(provider)))
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::IpAddress(target.ip().into());
+        let stream = tokio_rustls::TlsConnector::from(Arc::new(client)).connect(name, stream).await?;
+        readyz_status(stream, target).await
     };
     let head = tokio::time::timeout(Duration::from_secs(3), probe)
         .await
         .context("no answer within 3 s")?
-        .with_context(|| format!("probing http://{target}/readyz"))?;
+        .with_context(|| format!("probing {url}"))?;
     match &head[9..12] {
         b"200" => Ok(()),
         status => anyhow::bail!("/readyz answered {}", String::from_utf8_lossy(status)),
     }
+}
+
+/// Sends `GET /readyz` (HTTP/1.1) on `stream` and returns the first 12 bytes of the answer, which end with
+/// its status code.
+async fn readyz_status<S>(mut stream: S, target: SocketAddr) -> std::io::Result<[u8; 12]>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let request = format!("GET /readyz HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).await?;
+    Ok(head)
 }
 
 /// Connects to the configured database, retrying with backoff while it is unreachable, for at most

@@ -21,7 +21,8 @@ pub enum Command {
     Serve,
     /// Apply database migrations and exit.
     Migrate,
-    /// Probe this instance's `/readyz` (for container health checks: no curl needed). Exit 0 when ready.
+    /// Probe this instance's `/readyz` (for container health checks: no curl needed), on the operator
+    /// listener when configured, else on the listen address (over TLS when configured). Exit 0 when ready.
     Healthcheck,
     /// Configuration commands.
     Config {
@@ -64,7 +65,8 @@ pub enum Command {
 /// Which gateway the admin API commands talk to, and with which operator token.
 #[derive(Debug, clap::Args)]
 pub struct Target {
-    /// The gateway's base URL. Default: the configured listen address (loopback for 0.0.0.0).
+    /// The gateway's base URL. Default: the configured operator listen address when set, else the listen
+    /// address (https with TLS); loopback for 0.0.0.0.
     #[arg(long, env = "HIVEGATE_URL", global = true)]
     pub url: Option<String>,
     /// The operator token. Default: HIVEGATE_ADMIN_TOKEN.

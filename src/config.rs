@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
@@ -30,6 +30,7 @@ pub struct Config {
     pub database: DatabaseConfig,
     pub keys: KeysConfig,
     pub http: HttpConfig,
+    pub tls: TlsConfig,
     pub limits: LimitsConfig,
     pub mcp: McpConfig,
     pub events: EventsConfig,
@@ -49,6 +50,7 @@ impl Default for Config {
             database: DatabaseConfig::default(),
             keys: KeysConfig::default(),
             http: HttpConfig::default(),
+            tls: TlsConfig::default(),
             limits: LimitsConfig::default(),
             mcp: McpConfig::default(),
             events: EventsConfig::default(),
@@ -92,11 +94,58 @@ pub struct HttpConfig {
     pub request_timeout_ms: u64,
     /// On SIGTERM/SIGINT, how long in-flight requests get to finish.
     pub shutdown_grace_ms: u64,
+    /// A second address, plain HTTP, serving only the operator endpoints (`/metrics`, `/healthz`, `/readyz`,
+    /// `/admin/v1`); when set, `/metrics` is no longer served on `listen`.
+    pub operator_listen: Option<SocketAddr>,
+    /// Whether `listen` serves the admin API too (agents use their `registry` keys there); `false` needs
+    /// `operator_listen`.
+    pub public_admin: bool,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        Self { request_timeout_ms: 30_000, shutdown_grace_ms: 10_000 }
+        Self { request_timeout_ms: 30_000, shutdown_grace_ms: 10_000, operator_listen: None, public_admin: true }
+    }
+}
+
+/// Native TLS on `listen` ([`crate::tls`]): both files or neither; without them `listen` serves plain HTTP.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The certificate chain (PEM, the server's certificate first).
+    pub cert_path: Option<PathBuf>,
+    /// The certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key_path: Option<PathBuf>,
+    /// How often both files are re-read; a changed, valid pair is used for new connections.
+    pub reload_interval_ms: u64,
+    /// How long a client may take to finish its TLS handshake before the connection is closed.
+    pub handshake_timeout_ms: u64,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        Self { cert_path: None, key_path: None, reload_interval_ms: 1_000, handshake_timeout_ms: 10_000 }
+    }
+}
+
+impl TlsConfig {
+    /// Whether `listen` serves HTTPS.
+    pub fn enabled(&self) -> bool {
+        self.cert_path.is_some()
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        match (&self.cert_path, &self.key_path) {
+            (Some(_), None) => Err(ConfigError::Invalid {
+                key: "tls.key_path",
+                message: "must be set when tls.cert_path is (both or neither)".to_owned(),
+            }),
+            (None, Some(_)) => Err(ConfigError::Invalid {
+                key: "tls.cert_path",
+                message: "must be set when tls.key_path is (both or neither)".to_owned(),
+            }),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -521,7 +570,7 @@ impl Config {
                 message: format!("must be between 1 and {MAX_JSON_DEPTH}"),
             });
         }
-        let positive: [(&'static str, u64); 20] = [
+        let positive: [(&'static str, u64); 22] = [
             ("audit.queue_capacity", self.audit.queue_capacity as u64),
             ("audit.batch_size", self.audit.batch_size as u64),
             ("audit.flush_interval_ms", self.audit.flush_interval_ms),
@@ -529,6 +578,8 @@ impl Config {
             ("database.acquire_timeout_ms", self.database.acquire_timeout_ms),
             ("http.request_timeout_ms", self.http.request_timeout_ms),
             ("http.shutdown_grace_ms", self.http.shutdown_grace_ms),
+            ("tls.reload_interval_ms", self.tls.reload_interval_ms),
+            ("tls.handshake_timeout_ms", self.tls.handshake_timeout_ms),
             ("limits.max_body_bytes", self.limits.max_body_bytes as u64),
             ("limits.max_resource_bytes", self.limits.max_resource_bytes as u64),
             ("limits.max_header_bytes", self.limits.max_header_bytes as u64),
@@ -549,11 +600,13 @@ impl Config {
             }
         }
         // Times become `Duration`s and microsecond offsets: keep them far from overflowing.
-        let bounded: [(&'static str, u64, u64); 4] = [
+        let bounded: [(&'static str, u64, u64); 6] = [
             ("events.retention_secs", self.events.retention_secs, 10 * 365 * 24 * 60 * 60),
             ("sessions.idle_timeout_secs", self.sessions.idle_timeout_secs, 365 * 24 * 60 * 60),
             ("streams.keep_alive_ms", self.streams.keep_alive_ms, 60 * 60 * 1000),
             ("streams.queue_capacity", u64::from(self.streams.queue_capacity), 1 << 20),
+            ("tls.reload_interval_ms", self.tls.reload_interval_ms, 24 * 60 * 60 * 1000),
+            ("tls.handshake_timeout_ms", self.tls.handshake_timeout_ms, 10 * 60 * 1000),
         ];
         for (key, value, max) in bounded {
             if value > max {
@@ -561,6 +614,20 @@ impl Config {
             }
         }
         self.rate_limits.validate()?;
+        self.tls.validate()?;
+        if !self.http.public_admin && self.http.operator_listen.is_none() {
+            return Err(ConfigError::Invalid {
+                key: "http.public_admin",
+                message: "can only be false when http.operator_listen is set (the admin API would be served nowhere)"
+                    .to_owned(),
+            });
+        }
+        if self.http.operator_listen == Some(self.listen) && self.listen.port() != 0 {
+            return Err(ConfigError::Invalid {
+                key: "http.operator_listen",
+                message: format!("must differ from listen ({})", self.listen),
+            });
+        }
         if self.log.level.trim().is_empty() {
             return Err(ConfigError::Invalid { key: "log.level", message: "must not be empty".to_owned() });
         }
@@ -661,6 +728,51 @@ mod tests {
             jail.set_env("HIVEGATE_RATE_LIMITS__TRUSTED_PROXIES", r#"["not a network"]"#);
             let error = Config::load(None).expect_err("a malformed network is refused");
             assert!(error.to_string().to_lowercase().contains("trusted_proxies"), "{error}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn tls_and_operator_settings_are_checked() {
+        let mut config = Config::default();
+        config.tls.cert_path = Some(PathBuf::from("cert.pem"));
+        let error = config.validate().expect_err("a certificate without a key").to_string();
+        assert!(error.contains("tls.key_path"), "{error}");
+        config.tls.cert_path = None;
+        config.tls.key_path = Some(PathBuf::from("key.pem"));
+        let error = config.validate().expect_err("a key without a certificate").to_string();
+        assert!(error.contains("tls.cert_path"), "{error}");
+        config.tls.cert_path = Some(PathBuf::from("cert.pem"));
+        config.validate().expect("both files");
+        config.tls.reload_interval_ms = 0;
+        let error = config.validate().expect_err("no reload interval").to_string();
+        assert!(error.contains("tls.reload_interval_ms"), "{error}");
+
+        let mut config = Config::default();
+        config.http.public_admin = false;
+        let error = config.validate().expect_err("the admin API served nowhere").to_string();
+        assert!(error.contains("http.public_admin"), "{error}");
+        config.http.operator_listen = Some(config.listen);
+        let error = config.validate().expect_err("one address for both listeners").to_string();
+        assert!(error.contains("http.operator_listen"), "{error}");
+        config.http.operator_listen = Some(SocketAddr::from(([127, 0, 0, 1], 9090)));
+        config.validate().expect("an operator listener of its own");
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)]
+    fn tls_and_operator_settings_come_from_the_environment() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("HIVEGATE_HTTP__OPERATOR_LISTEN", "127.0.0.1:9090");
+            jail.set_env("HIVEGATE_HTTP__PUBLIC_ADMIN", "false");
+            jail.set_env("HIVEGATE_TLS__CERT_PATH", "/etc/hivegate/tls/tls.crt");
+            jail.set_env("HIVEGATE_TLS__KEY_PATH", "/etc/hivegate/tls/tls.key");
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(config.http.operator_listen, Some(SocketAddr::from(([127, 0, 0, 1], 9090))));
+            assert!(!config.http.public_admin && config.tls.enabled());
+            jail.set_env("HIVEGATE_HTTP__OPERATOR_LISTEN", "not an address");
+            let error = Config::load(None).expect_err("a malformed address is refused");
+            assert!(error.to_string().to_lowercase().contains("operator_listen"), "{error}");
             Ok(())
         });
     }

@@ -9,7 +9,9 @@
 //!
 //! - [`config`]: the configuration (TOML file + `HIVEGATE_*` environment), validated at start-up.
 //! - [`app`]: [`app::Application`] wires store, bus, caches and the HTTP server; shutdown.
-//! - [`http`]: the router, its layer stack, limits on the request itself, authentication and health endpoints.
+//! - [`http`]: the routers (public and operator listeners), their layer stack, limits on the request itself,
+//!   authentication and health endpoints.
+//! - [`tls`]: native TLS on the public listener; certificates reloaded when their files change.
 //! - [`admin`]: the REST admin API under `/admin/v1` and its OpenAPI document.
 //! - [`mcp`]: the MCP endpoint `/{agent_id}/mcp`, both protocol eras; its module doc follows one request.
 //! - [`guard`]: rate limits per key, agent and admin credential; failed authentications per client address.
@@ -68,3 +70,5 @@ pub mod state;
 pub mod store;
 /// Logging set-up.
 pub mod telemetry;
+/// Native TLS on the listener, with certificates reloaded when their files change.
+pub mod tls;

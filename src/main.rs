@@ -23,7 +23,7 @@ async fn main() -> ExitCode {
             Err(error) => Err(error),
         },
         Command::Migrate => app::migrate_only(&config).await,
-        Command::Healthcheck => app::healthcheck(config.listen).await,
+        Command::Healthcheck => app::healthcheck(&config).await,
         Command::AdminToken { command: AdminTokenCommand::Rotate } => app::rotate_operator_token(&config).await,
         Command::Audit { command: AuditCommand::Verify { agent } } => {
             app::verify_audit(&config, agent.as_deref()).await
@@ -63,7 +63,7 @@ where
         .token
         .or_else(|| config.admin_token.as_ref().map(|token| token.expose_secret().to_owned()))
         .ok_or_else(|| anyhow::anyhow!("no operator token: pass --token or set HIVEGATE_ADMIN_TOKEN"))?;
-    let url = target.url.unwrap_or_else(|| format!("http://{}", app::reachable(config.listen)));
+    let url = target.url.unwrap_or_else(|| app::admin_url(config));
     let answer = command(AdminClient::new(&url, &token)?).await?;
     if !answer.is_null() {
         println!("{}", serde_json::to_string_pretty(&answer)?);

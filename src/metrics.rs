@@ -135,6 +135,12 @@ impl Metrics {
     }
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `ok` or `error`.
+    pub outcome: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -155,6 +161,8 @@ pub struct Metrics {
     pub notifications_sent: Counter,
     /// Seconds from a change's commit to its notification being written to a stream.
     pub notification_lag: Histogram,
+    /// Changed TLS certificate files taken (`ok`) or refused (`error`).
+    pub tls_reloads: Family<OutcomeLabels, Counter>,
 }
 
 impl fmt::Debug for Metrics {
@@ -182,6 +190,7 @@ impl Metrics {
             limit_refused: Family::default(),
             notifications_sent: Counter::default(),
             notification_lag: latency_histogram(),
+            tls_reloads: Family::default(),
         };
         {
             let mut registry = metrics.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -226,6 +235,11 @@ impl Metrics {
                 "notification_lag_seconds",
                 "Time from a change's commit to its notification on a stream",
                 metrics.notification_lag.clone(),
+            );
+            r.register(
+                "tls_certificate_reloads",
+                "Changed TLS certificate files, by outcome: taken (ok) or refused, the previous kept (error)",
+                metrics.tls_reloads.clone(),
             );
         }
         metrics

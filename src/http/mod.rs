@@ -1,4 +1,5 @@
-//! The HTTP surface: one router, its layer stack, and the health endpoints.
+//! The HTTP surface: the public listener's router, the operator listener's (when `http.operator_listen` is
+//! set), their common layer stack, and the health endpoints.
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, State};
@@ -23,29 +24,51 @@ pub mod limits;
 /// The request id header: taken from the client when present, else generated; echoed on the response.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The whole application router.
+/// The router of the public listener (`listen`): health, the MCP endpoint, the admin API unless
+/// `http.public_admin` is false, and `/metrics` unless the operator listener serves it.
 pub fn router(state: AppState) -> Router {
-    let max_body = state.config.limits.max_body_bytes;
-    Router::new()
+    let http = &state.config.http;
+    let separate_operator = http.operator_listen.is_some();
+    let mut routes = Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).route(
+        "/{agent_id}/mcp",
+        post(crate::mcp::transport::post)
+            .get(crate::mcp::standalone::get)
+            .delete(crate::mcp::standalone::delete)
+            .fallback(crate::mcp::transport::method_not_allowed)
+            .layer(axum::middleware::from_fn_with_state(state.clone(), crate::mcp::audit::record))
+            .layer(axum::middleware::from_fn_with_state(state.clone(), crate::guard::mcp_gate)),
+    );
+    if http.public_admin || !separate_operator {
+        routes = routes.nest("/admin/v1", admin(&state));
+    }
+    if !separate_operator {
+        routes = routes.route("/metrics", get(crate::metrics::handler));
+    }
+    with_layers(routes, state)
+}
+
+/// The router of the operator listener (`http.operator_listen`): `/metrics`, health and the admin API.
+pub fn operator_router(state: AppState) -> Router {
+    let routes = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .nest(
-            "/admin/v1",
-            crate::admin::router()
-                .layer(axum::middleware::from_fn_with_state(state.clone(), settle_after_write))
-                // Outermost: a client with too many failed authentications is refused before anything.
-                .layer(axum::middleware::from_fn_with_state(state.clone(), crate::guard::admin_gate)),
-        )
-        .route(
-            "/{agent_id}/mcp",
-            post(crate::mcp::transport::post)
-                .get(crate::mcp::standalone::get)
-                .delete(crate::mcp::standalone::delete)
-                .fallback(crate::mcp::transport::method_not_allowed)
-                .layer(axum::middleware::from_fn_with_state(state.clone(), crate::mcp::audit::record))
-                .layer(axum::middleware::from_fn_with_state(state.clone(), crate::guard::mcp_gate)),
-        )
         .route("/metrics", get(crate::metrics::handler))
+        .nest("/admin/v1", admin(&state));
+    with_layers(routes, state)
+}
+
+/// The admin API with its own layers.
+fn admin(state: &AppState) -> Router<AppState> {
+    crate::admin::router()
+        .layer(axum::middleware::from_fn_with_state(state.clone(), settle_after_write))
+        // Outermost: a client with too many failed authentications is refused before anything.
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::guard::admin_gate))
+}
+
+/// `routes` with the 404 for unknown paths and the layer stack every answer goes through.
+fn with_layers(routes: Router<AppState>, state: AppState) -> Router {
+    let max_body = state.config.limits.max_body_bytes;
+    routes
         .fallback(not_found)
         .layer(
             ServiceBuilder::new()

@@ -231,7 +231,10 @@ fn with_database(url: &str, database: &str) -> String {
 
 /// The application served on an ephemeral port of this process, on a database of its own.
 pub struct TestApp {
+    /// The public listener's base URL (`https://` with `[tls]`).
     pub address: String,
+    /// The operator listener's base URL, when `http.operator_listen` is set.
+    pub operator: Option<String>,
     pub client: reqwest::Client,
     pub db: Arc<TestDatabase>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
@@ -255,7 +258,9 @@ pub async fn spawn_app_on(db: Arc<TestDatabase>) -> TestApp {
     start_app(db, |_| {}).await
 }
 
-async fn start_app(db: Arc<TestDatabase>, configure: impl FnOnce(&mut hivegate::config::Config)) -> TestApp {
+/// The configuration test applications start from: a fresh database's URL, listening on port 0 of loopback,
+/// [`OPERATOR_TOKEN`], rate limits far above what the stories send.
+pub fn test_config(db: &TestDatabase) -> hivegate::config::Config {
     let mut config = hivegate::config::Config::default();
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.database_url = hivegate::config::DatabaseUrl::new(db.url());
@@ -269,15 +274,23 @@ async fn start_app(db: Arc<TestDatabase>, configure: impl FnOnce(&mut hivegate::
     config.rate_limits.admin_requests_per_second = 1_000_000;
     config.rate_limits.admin_burst = 1_000_000;
     config.rate_limits.failed_auth_attempts = 1_000_000;
+    config
+}
+
+async fn start_app(db: Arc<TestDatabase>, configure: impl FnOnce(&mut hivegate::config::Config)) -> TestApp {
+    let mut config = test_config(&db);
     configure(&mut config);
+    let scheme = if config.tls.enabled() { "https" } else { "http" };
     let app = hivegate::app::Application::build(config).await.expect("the application builds");
     let port = app.port();
+    let operator = app.operator_address().map(|address| format!("http://{address}"));
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(app.run_with_shutdown(async move {
         let _ = rx.await;
     }));
     TestApp {
-        address: format!("http://127.0.0.1:{port}"),
+        address: format!("{scheme}://127.0.0.1:{port}"),
+        operator,
         client: http_client(),
         db,
         shutdown: Some(tx),
@@ -653,6 +666,18 @@ impl HivegateProcess {
 
     /// [`HivegateProcess::start`] with extra environment variables (configuration overrides).
     pub async fn start_with_env(database_url: &str, admin_token: Option<&str>, env: &[(&str, &str)]) -> Self {
+        Self::start_with_client(database_url, admin_token, env, http_client()).await
+    }
+
+    /// [`HivegateProcess::start_with_env`] with the client requests are sent with; the address is `https://`
+    /// when `env` configures TLS (the client must then trust the certificate).
+    pub async fn start_with_client(
+        database_url: &str,
+        admin_token: Option<&str>,
+        env: &[(&str, &str)],
+        client: reqwest::Client,
+    ) -> Self {
+        let scheme = if env.iter().any(|(name, _)| *name == "HIVEGATE_TLS__CERT_PATH") { "https" } else { "http" };
         let dir = TempDir::new();
         let port = free_port();
         let stdout = std::fs::File::create(dir.path().join("stdout.log")).unwrap();
@@ -668,9 +693,9 @@ impl HivegateProcess {
             .expect("the hivegate binary starts");
         let mut process = Self {
             child,
-            address: format!("http://127.0.0.1:{port}"),
+            address: format!("{scheme}://127.0.0.1:{port}"),
             port,
-            client: http_client(),
+            client,
             token: admin_token.unwrap_or_default().to_owned(),
             dir,
         };

@@ -64,6 +64,8 @@ mod mcp_eras;
 mod mcp_methods;
 /// `GET /metrics` after known traffic.
 mod metrics;
+/// The operator endpoints on a listener of their own.
+mod operator;
 /// Lists: page sizes, cursors, bytewise order.
 mod pagination;
 /// The binary: the generated operator token, concurrent migrations, graceful shutdown.
@@ -80,3 +82,5 @@ mod replicas;
 mod resources;
 /// Resource templates: RFC 6570 and their optional MiniJinja text.
 mod templates;
+/// Native TLS: certificates served and reloaded, start-up errors, the health check.
+mod tls;

@@ -1,0 +1,321 @@
+//! Native TLS on the public listener (`[tls]`), for deployments without a TLS-terminating proxy.
+//!
+//! [`TlsListener`] accepts TCP connections, runs each TLS handshake in a task of its own (bounded by
+//! `tls.handshake_timeout_ms`, so a slow client cannot hold up the others) and hands finished connections to
+//! `axum::serve`, which then serves them exactly like plain ones: client addresses, graceful shutdown and SSE
+//! streams are the same. ALPN offers HTTP/2 and HTTP/1.1.
+//!
+//! The certificate and key are PEM files, re-read every `tls.reload_interval_ms`: when their contents
+//! change, the new pair is parsed and checked (the key must belong to the certificate) and then used for
+//! every new handshake; connections already open keep the certificate they were set up with. A pair that
+//! cannot be read or does not parse is logged, counted and ignored: the previous certificate stays in use.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use rustls::ServerConfig;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+use crate::config::{ConfigError, TlsConfig};
+use crate::metrics::{Metrics, OutcomeLabels};
+
+/// Handshakes finished but not yet taken by the server, at most.
+const READY_CONNECTIONS: usize = 128;
+
+/// The cryptography every TLS connection of hivegate uses: *ring*, as the HTTP client's rustls does.
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The configured certificate and key files.
+#[derive(Debug, Clone)]
+struct Files {
+    cert_path: PathBuf,
+    key_path: PathBuf,
+}
+
+/// The two files' contents, as last read.
+#[derive(PartialEq, Eq)]
+struct Contents {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+}
+
+impl Files {
+    fn read(&self) -> Result<Contents, ConfigError> {
+        let read = |key: &'static str, path: &Path| {
+            std::fs::read(path).map_err(|error| ConfigError::Invalid {
+                key,
+                message: format!("cannot read {}: {error}", path.display()),
+            })
+        };
+        Ok(Contents { cert: read("tls.cert_path", &self.cert_path)?, key: read("tls.key_path", &self.key_path)? })
+    }
+
+    /// Parses the certificate chain and private key and checks that they belong together.
+    fn parse(&self, contents: &Contents, provider: &CryptoProvider) -> Result<CertifiedKey, ConfigError> {
+        let cert_error = |message: String| ConfigError::Invalid {
+            key: "tls.cert_path",
+            message: format!("{}: {message}", self.cert_path.display()),
+        };
+        let key_error = |message: String| ConfigError::Invalid {
+            key: "tls.key_path",
+            message: format!("{}: {message}", self.key_path.display()),
+        };
+        let chain = CertificateDer::pem_slice_iter(&contents.cert)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| cert_error(format!("not a PEM certificate chain: {error}")))?;
+        if chain.is_empty() {
+            return Err(cert_error("no PEM `CERTIFICATE` block".to_owned()));
+        }
+        let key = PrivateKeyDer::from_pem_slice(&contents.key).map_err(|error| {
+            key_error(format!(
+                "no PEM private key (`PRIVATE KEY`, `RSA PRIVATE KEY` or `EC PRIVATE KEY`) could be read: {error}"
+            ))
+        })?;
+        CertifiedKey::from_der(chain, key, provider).map_err(|error| match error {
+            rustls::Error::InconsistentKeys(_) => key_error("the key does not belong to the certificate".to_owned()),
+            rustls::Error::General(message) => key_error(format!("unusable private key: {message}")),
+            other => cert_error(format!("unusable certificate or key: {other}")),
+        })
+    }
+}
+
+/// Answers every handshake with the certificate loaded last.
+#[derive(Debug)]
+struct CurrentCertificate(RwLock<Arc<CertifiedKey>>);
+
+impl CurrentCertificate {
+    fn get(&self) -> Arc<CertifiedKey> {
+        self.0.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    fn set(&self, certified: CertifiedKey) {
+        *self.0.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(certified);
+    }
+}
+
+impl ResolvesServerCert for CurrentCertificate {
+    fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.get())
+    }
+}
+
+/// A listener that serves TLS: TCP connections are accepted at once and their handshakes run concurrently;
+/// `accept` yields connections whose handshake has finished.
+pub struct TlsListener {
+    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    address: SocketAddr,
+    _acceptor: AbortOnDrop,
+    _reloader: AbortOnDrop,
+}
+
+impl TlsListener {
+    /// Loads the configured certificate and key (an error names the key of the file at fault) and starts
+    /// accepting TLS connections on `tcp` and watching the files.
+    pub fn start(tcp: TcpListener, config: &TlsConfig, metrics: Arc<Metrics>) -> Result<Self, ConfigError> {
+        let (Some(cert_path), Some(key_path)) = (&config.cert_path, &config.key_path) else {
+            return Err(ConfigError::Invalid {
+                key: "tls.cert_path",
+                message: "TLS needs both tls.cert_path and tls.key_path".to_owned(),
+            });
+        };
+        let files = Files { cert_path: cert_path.clone(), key_path: key_path.clone() };
+        let provider = provider();
+        let contents = files.read()?;
+        let current = Arc::new(CurrentCertificate(RwLock::new(Arc::new(files.parse(&contents, &provider)?))));
+
+        let mut server = ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|error| ConfigError::Invalid { key: "tls.cert_path", message: error.to_string() })?
+            .with_no_client_auth()
+            .with_cert_resolver(current.clone());
+        server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let acceptor = TlsAcceptor::from(Arc::new(server));
+
+        let address = tcp.local_addr().map_err(|error| ConfigError::Invalid {
+            key: "listen",
+            message: format!("the listener has no address: {error}"),
+        })?;
+        let (sender, ready) = mpsc::channel(READY_CONNECTIONS);
+        let handshake_timeout = Duration::from_millis(config.handshake_timeout_ms);
+        let accepting = tokio::spawn(accept(tcp, acceptor, handshake_timeout, sender));
+        let interval = Duration::from_millis(config.reload_interval_ms);
+        let reloading = tokio::spawn(reload(files, contents, current, provider, interval, metrics));
+        Ok(Self { ready, address, _acceptor: AbortOnDrop(accepting), _reloader: AbortOnDrop(reloading) })
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(connection) => connection,
+            // The accepting task only ends when this listener is dropped: nothing more comes.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.address)
+    }
+}
+
+/// Accepts TCP connections until the listener is dropped; each handshake runs in a task of its own.
+async fn accept(
+    tcp: TcpListener,
+    acceptor: TlsAcceptor,
+    handshake_timeout: Duration,
+    ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
+) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = tcp.accept() => match accepted {
+                Ok(connection) => connection,
+                Err(error) => {
+                    accept_failed(error).await;
+                    continue;
+                }
+            },
+            () = ready.closed() => return,
+        };
+        let (acceptor, ready) = (acceptor.clone(), ready.clone());
+        tokio::spawn(async move {
+            match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => {
+                    let _ = ready.send((tls, peer)).await;
+                }
+                Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
+                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+            }
+        });
+    }
+}
+
+/// As `axum::serve` does for plain TCP: a connection that failed before it was accepted is skipped; when
+/// the process is out of file descriptors or memory, waits a moment before accepting again.
+async fn accept_failed(error: std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(error.kind(), ConnectionRefused | ConnectionAborted | ConnectionReset) {
+        return;
+    }
+    tracing::error!(%error, "accepting a connection failed");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+/// Re-reads the files every `interval`; a changed pair that parses replaces the current one.
+async fn reload(
+    files: Files,
+    mut seen: Contents,
+    current: Arc<CurrentCertificate>,
+    provider: Arc<CryptoProvider>,
+    interval: Duration,
+    metrics: Arc<Metrics>,
+) {
+    let mut every = tokio::time::interval(interval);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await;
+    // An unreadable file is reported once, not at every tick, until it can be read again.
+    let mut unreadable = false;
+    loop {
+        every.tick().await;
+        let read = {
+            let files = files.clone();
+            tokio::task::spawn_blocking(move || files.read()).await
+        };
+        let contents = match read {
+            Ok(Ok(contents)) => {
+                unreadable = false;
+                contents
+            }
+            Ok(Err(error)) => {
+                if !unreadable {
+                    tracing::warn!(%error, "cannot read the TLS certificate files; serving the previous certificate");
+                    metrics.tls_reloads.get_or_create(&OutcomeLabels { outcome: "error" }).inc();
+                    unreadable = true;
+                }
+                continue;
+            }
+            Err(_) => continue,
+        };
+        if contents == seen {
+            continue;
+        }
+        match files.parse(&contents, &provider) {
+            Ok(certified) => {
+                current.set(certified);
+                tracing::info!(cert = %files.cert_path.display(), "TLS certificate reloaded");
+                metrics.tls_reloads.get_or_create(&OutcomeLabels { outcome: "ok" }).inc();
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the changed TLS certificate files are not usable; serving the previous certificate");
+                metrics.tls_reloads.get_or_create(&OutcomeLabels { outcome: "error" }).inc();
+            }
+        }
+        // Either way this pair has been dealt with: it is looked at again only once it changes.
+        seen = contents;
+    }
+}
+
+/// A background task that ends with its owner.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A certificate verifier for `hivegate healthcheck`'s own probe of this instance on loopback only: it
+/// accepts whatever certificate is presented, because the certificate is made out for the names clients
+/// use, not for 127.0.0.1, and the probe learns nothing secret nor sends any credential. The handshake's
+/// signatures are still checked.
+#[derive(Debug)]
+pub struct LoopbackProbe(pub Arc<CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for LoopbackProbe {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
