@@ -30,7 +30,7 @@ use crate::state::AppState;
 use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{Store, StoreError, setting};
-use crate::tls::TlsListener;
+use crate::tls::{ServerTls, TlsListener};
 
 /// The generated operator token's prefix, so it is never mistaken for an agent key.
 const OPERATOR_TOKEN_PREFIX: &str = "hgo_";
@@ -57,6 +57,8 @@ impl Application {
     /// Connects to the database (retrying while it is unreachable), applies migrations, loads the
     /// shared secrets, starts the bus and binds the listen address.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
+        // The certificate first: a missing or broken file is reported at once, not after the database.
+        let tls = if config.tls.enabled() { Some(ServerTls::load(&config.tls)?) } else { None };
         let bus = LocalBus::new();
         let metrics = Arc::new(Metrics::new());
         let store = connect_with_retry(&config, bus.clone()).await?;
@@ -98,10 +100,9 @@ impl Application {
             .await
             .with_context(|| format!("binding the listen address {}", config.listen))?;
         let address = listener.local_addr()?;
-        let listener = if config.tls.enabled() {
-            PublicListener::Tls(TlsListener::start(listener, &config.tls, metrics.clone())?)
-        } else {
-            PublicListener::Plain(listener)
+        let listener = match tls {
+            Some(tls) => PublicListener::Tls(tls.listen(listener, metrics.clone())?),
+            None => PublicListener::Plain(listener),
         };
         let operator_listener = match config.http.operator_listen {
             Some(operator_listen) => {

@@ -120,10 +120,20 @@ pub struct TlsListener {
     _reloader: AbortOnDrop,
 }
 
-impl TlsListener {
-    /// Loads the configured certificate and key (an error names the key of the file at fault) and starts
-    /// accepting TLS connections on `tcp` and watching the files.
-    pub fn start(tcp: TcpListener, config: &TlsConfig, metrics: Arc<Metrics>) -> Result<Self, ConfigError> {
+/// The configured certificate and key, loaded and checked, ready to serve.
+pub struct ServerTls {
+    files: Files,
+    seen: Contents,
+    current: Arc<CurrentCertificate>,
+    provider: Arc<CryptoProvider>,
+    acceptor: TlsAcceptor,
+    reload_interval: Duration,
+    handshake_timeout: Duration,
+}
+
+impl ServerTls {
+    /// Loads the configured certificate and key; an error names the key of the file at fault.
+    pub fn load(config: &TlsConfig) -> Result<Self, ConfigError> {
         let (Some(cert_path), Some(key_path)) = (&config.cert_path, &config.key_path) else {
             return Err(ConfigError::Invalid {
                 key: "tls.cert_path",
@@ -132,27 +142,33 @@ impl TlsListener {
         };
         let files = Files { cert_path: cert_path.clone(), key_path: key_path.clone() };
         let provider = provider();
-        let contents = files.read()?;
-        let current = Arc::new(CurrentCertificate(RwLock::new(Arc::new(files.parse(&contents, &provider)?))));
-
+        let seen = files.read()?;
+        let current = Arc::new(CurrentCertificate(RwLock::new(Arc::new(files.parse(&seen, &provider)?))));
         let mut server = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|error| ConfigError::Invalid { key: "tls.cert_path", message: error.to_string() })?
             .with_no_client_auth()
             .with_cert_resolver(current.clone());
         server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        let acceptor = TlsAcceptor::from(Arc::new(server));
+        Ok(Self {
+            files,
+            seen,
+            current,
+            provider,
+            acceptor: TlsAcceptor::from(Arc::new(server)),
+            reload_interval: Duration::from_millis(config.reload_interval_ms),
+            handshake_timeout: Duration::from_millis(config.handshake_timeout_ms),
+        })
+    }
 
-        let address = tcp.local_addr().map_err(|error| ConfigError::Invalid {
-            key: "listen",
-            message: format!("the listener has no address: {error}"),
-        })?;
+    /// Starts accepting TLS connections on `tcp`, and watching the files.
+    pub fn listen(self, tcp: TcpListener, metrics: Arc<Metrics>) -> std::io::Result<TlsListener> {
+        let address = tcp.local_addr()?;
         let (sender, ready) = mpsc::channel(READY_CONNECTIONS);
-        let handshake_timeout = Duration::from_millis(config.handshake_timeout_ms);
-        let accepting = tokio::spawn(accept(tcp, acceptor, handshake_timeout, sender));
-        let interval = Duration::from_millis(config.reload_interval_ms);
-        let reloading = tokio::spawn(reload(files, contents, current, provider, interval, metrics));
-        Ok(Self { ready, address, _acceptor: AbortOnDrop(accepting), _reloader: AbortOnDrop(reloading) })
+        let accepting = tokio::spawn(accept(tcp, self.acceptor, self.handshake_timeout, sender));
+        let reloading =
+            tokio::spawn(reload(self.files, self.seen, self.current, self.provider, self.reload_interval, metrics));
+        Ok(TlsListener { ready, address, _acceptor: AbortOnDrop(accepting), _reloader: AbortOnDrop(reloading) })
     }
 }
 

@@ -227,12 +227,15 @@ async fn tls_start_up_errors_name_the_file(backend: Backend) {
     let error = config.validate().expect_err("a certificate without a key").to_string();
     assert!(error.contains("tls.key_path"), "{error}");
 
-    // Through the binary: the message names the key, the exit status is a failure.
+    // Through the binary: the message names the key and the file, the exit status is a failure; the
+    // certificate is checked before the database is (which is unreachable here, and would be retried).
     let dir = TempDir::new();
-    let mut command = crate::helpers::hivegate_command(dir.path(), db.url(), Some(OPERATOR_TOKEN));
+    let unreachable = format!("postgres://postgres@127.0.0.1:{}/postgres", crate::helpers::free_port());
+    let mut command = crate::helpers::hivegate_command(dir.path(), &unreachable, Some(OPERATOR_TOKEN));
     let output = command
         .arg("serve")
         .env("HIVEGATE_LISTEN", "127.0.0.1:0")
+        .env("HIVEGATE_DATABASE__STARTUP_TIMEOUT_SECS", "5")
         .env("HIVEGATE_TLS__CERT_PATH", &missing)
         .env("HIVEGATE_TLS__KEY_PATH", files.key())
         .output()
