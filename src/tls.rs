@@ -209,7 +209,13 @@ async fn accept(
         };
         let (acceptor, ready) = (acceptor.clone(), ready.clone());
         tokio::spawn(async move {
-            match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+            let handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(stream));
+            // A handshake still under way when the server stops accepting is dropped with the listener.
+            let outcome = tokio::select! {
+                outcome = handshake => outcome,
+                () = ready.closed() => return,
+            };
+            match outcome {
                 Ok(Ok(tls)) => {
                     let _ = ready.send((tls, peer)).await;
                 }

@@ -82,5 +82,5 @@ mod replicas;
 mod resources;
 /// Resource templates: RFC 6570 and their optional MiniJinja text.
 mod templates;
-/// Native TLS: certificates served and reloaded, start-up errors, the health check.
+/// Native TLS: certificates served and reloaded, start-up errors, slow handshakes, the health check.
 mod tls;

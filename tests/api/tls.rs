@@ -14,7 +14,12 @@ use crate::helpers::{
 use crate::live_client::{listen, resources_changed, summary};
 use crate::mcp_client::{Mcp, agent_with_key};
 
-both!(certificates_are_served_and_reloaded, tls_start_up_errors_name_the_file, healthcheck_over_tls);
+both!(
+    certificates_are_served_and_reloaded,
+    tls_start_up_errors_name_the_file,
+    healthcheck_over_tls,
+    slow_handshakes_hold_up_no_one
+);
 
 /// A self-signed certificate for `localhost` and 127.0.0.1, and its key, in PEM and DER.
 struct TestCertificate {
@@ -296,4 +301,58 @@ async fn healthcheck_over_tls(backend: Backend) {
         let output = healthcheck(env);
         assert!(!output.status.success(), "a stopped instance is healthy");
     }
+}
+
+/// Opens connections to `app` that stall their handshake: some never start it, one sends half a ClientHello.
+async fn stalled_handshakes(app: &TestApp) -> Vec<tokio::net::TcpStream> {
+    let address = app.address.trim_start_matches("https://").to_owned();
+    let mut stalled = Vec::new();
+    for _ in 0..8 {
+        stalled.push(tokio::net::TcpStream::connect(&address).await.unwrap());
+    }
+    let mut partial = tokio::net::TcpStream::connect(&address).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut partial, &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]).await.unwrap();
+    stalled.push(partial);
+    stalled
+}
+
+async fn slow_handshakes_hold_up_no_one(backend: Backend) {
+    use tokio::io::AsyncReadExt;
+
+    let certificate = TestCertificate::new();
+    let files = Files::new(&certificate);
+    let tls = |handshake_timeout_ms| {
+        let (cert, key) = (files.cert(), files.key());
+        move |config: &mut hivegate::config::Config| {
+            config.tls.cert_path = Some(cert);
+            config.tls.key_path = Some(key);
+            config.tls.handshake_timeout_ms = handshake_timeout_ms;
+        }
+    };
+
+    // Handshakes that never finish (for as long as this test runs) hold up no other client.
+    let mut app = spawn_app_with(backend, tls(3_600_000)).await;
+    app.client = tls_client(&[&certificate]);
+    let stalled = stalled_handshakes(&app).await;
+    for _ in 0..3 {
+        let response = app.anon(Method::GET, "/readyz").send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    // They do not hold up the shutdown either.
+    app.stop().await;
+    drop(stalled);
+
+    // With a short handshake timeout they are closed (a read gives the end of the stream).
+    let mut app = spawn_app_with(backend, tls(300)).await;
+    app.client = tls_client(&[&certificate]);
+    for mut connection in stalled_handshakes(&app).await {
+        let mut buffer = [0u8; 64];
+        let read = tokio::time::timeout(crate::helpers::DEADLINE, connection.read(&mut buffer))
+            .await
+            .expect("the stalled connection is closed");
+        assert!(matches!(read, Ok(0) | Err(_)), "the server answered a stalled handshake: {read:?}");
+    }
+    let response = app.anon(Method::GET, "/readyz").send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    app.stop().await;
 }
