@@ -14,6 +14,7 @@ alter table api_key add column rate_limit_burst integer;
 
 -- A token bucket shared by every replica (GCRA): one row per limited bucket, e.g. `agent:<agent_id>`.
 -- Each request moves `tat` forward in one atomic upsert; a row idle past its `tat` is full and is pruned.
+-- (PostgreSQL keeps this table unlogged; SQLite has one writer and no such thing.)
 create table rate_bucket (
     bucket text primary key,
     -- the theoretical arrival time (microseconds since the Unix epoch): the bucket is full again at `tat`
