@@ -39,6 +39,7 @@ pub struct Config {
     pub audit: AuditConfig,
     pub rate_limits: RateLimitsConfig,
     pub log: LogConfig,
+    pub telemetry: TelemetryConfig,
 }
 
 impl Default for Config {
@@ -59,6 +60,7 @@ impl Default for Config {
             streams: StreamsConfig::default(),
             rate_limits: RateLimitsConfig::default(),
             log: LogConfig::default(),
+            telemetry: TelemetryConfig::default(),
         }
     }
 }
@@ -441,6 +443,62 @@ pub enum LogFormat {
     Json,
 }
 
+/// OpenTelemetry traces (the `otel` cargo feature). The section exists in every build, so one configuration
+/// file serves both; a build without the feature refuses an endpoint instead of ignoring it.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/HTTP base URL (`http://collector:4318`); spans go to `<url>/v1/traces` as
+    /// protobuf. Unset: no traces are exported.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the exported spans.
+    pub service_name: String,
+    /// Share of new traces recorded (0.0 to 1.0); a request that comes with trace context follows its
+    /// caller's sampling decision.
+    pub sample_ratio: f64,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self { otlp_endpoint: None, service_name: "hivegate".to_owned(), sample_ratio: 1.0 }
+    }
+}
+
+impl TelemetryConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(endpoint) = &self.otlp_endpoint {
+            if !cfg!(feature = "otel") {
+                return Err(ConfigError::Invalid {
+                    key: "telemetry.otlp_endpoint",
+                    message: "this build has no OpenTelemetry support (build with `--features otel`), \
+                              or leave the key unset"
+                        .to_owned(),
+                });
+            }
+            let is_http = endpoint.starts_with("http://") || endpoint.starts_with("https://");
+            if !is_http || endpoint.parse::<axum::http::Uri>().is_err() {
+                return Err(ConfigError::Invalid {
+                    key: "telemetry.otlp_endpoint",
+                    message: format!("{endpoint:?} is not an http:// or https:// URL"),
+                });
+            }
+        }
+        if self.service_name.trim().is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "telemetry.service_name",
+                message: "must not be empty".to_owned(),
+            });
+        }
+        if !(0.0..=1.0).contains(&self.sample_ratio) {
+            return Err(ConfigError::Invalid {
+                key: "telemetry.sample_ratio",
+                message: "must be between 0.0 and 1.0".to_owned(),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// A database URL whose `Debug` and `Display` hide the password.
 #[derive(Clone, Deserialize)]
 #[serde(transparent)]
@@ -631,6 +689,7 @@ impl Config {
         if self.log.level.trim().is_empty() {
             return Err(ConfigError::Invalid { key: "log.level", message: "must not be empty".to_owned() });
         }
+        self.telemetry.validate()?;
         Ok(())
     }
 }
@@ -714,6 +773,34 @@ mod tests {
         assert!(error.to_string().contains("rate_limits.failed_auth_window_secs"), "{error}");
         config.rate_limits.failed_auth_attempts = 0;
         config.validate().expect("0 attempts turns the check off");
+    }
+
+    #[test]
+    fn telemetry_settings_are_checked() {
+        let mut config = Config::default();
+        config.telemetry.sample_ratio = 1.5;
+        let error = config.validate().expect_err("a ratio above 1 is refused");
+        assert!(error.to_string().contains("telemetry.sample_ratio"), "{error}");
+        config.telemetry.sample_ratio = f64::NAN;
+        let error = config.validate().expect_err("NaN is refused");
+        assert!(error.to_string().contains("telemetry.sample_ratio"), "{error}");
+        let mut config = Config::default();
+        config.telemetry.service_name = " ".to_owned();
+        let error = config.validate().expect_err("an empty service name is refused");
+        assert!(error.to_string().contains("telemetry.service_name"), "{error}");
+        let mut config = Config::default();
+        config.telemetry.otlp_endpoint = Some("http://collector:4318".to_owned());
+        let outcome = config.validate();
+        if cfg!(feature = "otel") {
+            outcome.expect("an endpoint is accepted by a build with the otel feature");
+            config.telemetry.otlp_endpoint = Some("collector:4318".to_owned());
+            let error = config.validate().expect_err("an endpoint without a scheme is refused");
+            assert!(error.to_string().contains("telemetry.otlp_endpoint"), "{error}");
+        } else {
+            let error = outcome.expect_err("a build without the otel feature refuses an endpoint");
+            assert!(error.to_string().contains("telemetry.otlp_endpoint"), "{error}");
+            assert!(error.to_string().contains("--features otel"), "{error}");
+        }
     }
 
     #[test]

@@ -68,7 +68,7 @@ pub mod registry;
 pub mod state;
 /// Storage backends.
 pub mod store;
-/// Logging set-up.
+/// Logging, and OpenTelemetry traces (the `otel` feature); W3C trace context.
 pub mod telemetry;
 /// Native TLS on the listener, with certificates reloaded when their files change.
 pub mod tls;

@@ -16,7 +16,13 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    hivegate::telemetry::init(&config.log);
+    let telemetry = match hivegate::telemetry::init(&config.log, &config.telemetry) {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            eprintln!("hivegate: {error:#}");
+            return ExitCode::from(2);
+        }
+    };
     let outcome = match cli.command {
         Command::Serve => match Application::build(config).await {
             Ok(application) => application.run_until_stopped().await,
@@ -42,14 +48,17 @@ async fn main() -> ExitCode {
             Ok(())
         }
     };
-    match outcome {
+    let code = match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("{error:#}");
             eprintln!("hivegate: {error:#}");
             ExitCode::FAILURE
         }
-    }
+    };
+    // Last, so that the spans of the drained requests are exported; the exporter blocks while it flushes.
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    code
 }
 
 /// Runs one admin API command against the gateway `target` names and prints its answer.

@@ -1,6 +1,8 @@
 //! The HTTP surface: the public listener's router, the operator listener's (when `http.operator_listen` is
 //! set), their common layer stack, and the health endpoints.
 
+use std::time::Duration;
+
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, State};
 use axum::http::{HeaderName, Request, StatusCode, header};
@@ -10,7 +12,7 @@ use axum::routing::{get, post};
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnResponse, OnResponse as _, TraceLayer};
 
 use crate::metrics::{HttpLabels, HttpRouteLabels, Refused};
 use crate::state::AppState;
@@ -80,10 +82,7 @@ fn with_layers(routes: Router<AppState>, state: AppState) -> Router {
                 // Every request gets an id (the client's `x-request-id` if it sent one) …
                 .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
                 // … that the trace span carries, so every log line of a request can be found …
-                .layer(TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
-                    let request_id = request.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
-                    tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id)
-                }))
+                .layer(TraceLayer::new_for_http().make_span_with(request_span).on_response(record_status))
                 // … and that goes back to the client.
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))
                 // Every answer is counted, the refusals of the limits below included.
@@ -98,6 +97,40 @@ fn with_layers(routes: Router<AppState>, state: AppState) -> Router {
                 .layer(DefaultBodyLimit::max(max_body)),
         )
         .with_state(state)
+}
+
+/// The span of one request: its route template (never the raw path, which can hold names), method, request
+/// id and status; the MCP endpoint adds the agent, the MCP method and the era once it knows them
+/// ([`crate::mcp::transport`]). It joins the trace of the request's `traceparent` header, if any.
+fn request_span(request: &Request<axum::body::Body>) -> tracing::Span {
+    let request_id = request.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str);
+    let method = request.method().as_str();
+    let span = tracing::info_span!(
+        "request",
+        otel.name = %format_args!("{method} {route}"),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        method,
+        route,
+        request_id,
+        status = tracing::field::Empty,
+        agent = tracing::field::Empty,
+        mcp.method = tracing::field::Empty,
+        mcp.era = tracing::field::Empty,
+    );
+    crate::telemetry::set_remote_parent(&span, crate::telemetry::TraceParent::from_headers(request.headers()).as_ref());
+    span
+}
+
+/// Records the answer's status on the request span (a 5xx marks it failed), then logs it as tower-http does.
+fn record_status<B>(response: &axum::http::Response<B>, latency: Duration, span: &tracing::Span) {
+    let status = response.status();
+    span.record("status", status.as_u16());
+    if status.is_server_error() {
+        span.record("otel.status_code", "error");
+    }
+    DefaultOnResponse::default().on_response(response, latency, span);
 }
 
 /// Counts every answer by route template, method and status, and times it; counts a limit's refusal (an

@@ -26,6 +26,7 @@ use crate::domain::time::Timestamp;
 use crate::http::REQUEST_ID;
 use crate::metrics::{McpLabels, McpMethodLabels};
 use crate::state::AppState;
+use crate::telemetry::TraceParent;
 
 /// The longest target, user agent or method kept in a record; longer values are cut (on a char boundary).
 const MAX_FIELD_CHARS: usize = 512;
@@ -44,6 +45,8 @@ pub struct Trail {
     era: &'static str,
     /// The method as a bounded metric label.
     metric_method: &'static str,
+    /// The trace of the message's `_meta` ([`super::span`]), which wins over the `traceparent` header.
+    trace_id: Option<String>,
 }
 
 impl Trail {
@@ -68,7 +71,14 @@ impl Trail {
                 "batch" => "batch",
                 name => Method::label(name),
             },
+            trace_id: None,
         }
+    }
+
+    /// Records the trace of the message's `_meta`, when it carries one.
+    pub(super) fn traced(mut self, parent: Option<&TraceParent>) -> Self {
+        self.trace_id = parent.map(TraceParent::trace_id_hex);
+        self
     }
 
     /// Marks the request as one of the modern era (for metrics).
@@ -121,15 +131,6 @@ fn cut(value: &str) -> String {
     }
 }
 
-/// The trace id of a W3C `traceparent` header (`00-<32 hex>-<16 hex>-<2 hex>`), if well formed.
-fn trace_id(headers: &HeaderMap) -> Option<String> {
-    let value = headers.get("traceparent")?.to_str().ok()?;
-    let mut parts = value.split('-');
-    let (_version, trace) = (parts.next()?, parts.next()?);
-    let valid = trace.len() == 32 && trace.bytes().all(|b| b.is_ascii_hexdigit()) && trace.bytes().any(|b| b != b'0');
-    valid.then(|| trace.to_ascii_lowercase())
-}
-
 /// Middleware around `/{agent_id}/mcp`: turns the response's [`Trail`] into an audit record.
 pub async fn record(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let started = Instant::now();
@@ -142,9 +143,11 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
         .map(|ConnectInfo(peer)| state.guard.client_ip(peer.ip(), headers).to_string());
     let user_agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).map(cut);
     let request_id = headers.get(REQUEST_ID).and_then(|v| v.to_str().ok()).map(cut);
-    let trace_id = trace_id(headers);
+    // The trace the request span joined; a message's `_meta` overrides it below.
+    let trace_id = TraceParent::from_headers(headers).map(|parent| parent.trace_id_hex());
     let mut response = next.run(request).await;
-    let Some(trail) = response.extensions_mut().remove::<Trail>() else { return response };
+    let Some(mut trail) = response.extensions_mut().remove::<Trail>() else { return response };
+    let trace_id = trail.trace_id.take().or(trace_id);
     let error_code = response.extensions().get::<ErrorCode>().map(|code| code.0);
     let is_ok = error_code.is_none() && response.status().is_success();
     let elapsed = started.elapsed();
@@ -186,17 +189,6 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn trace_ids_come_from_well_formed_traceparents_only() {
-        let mut headers = HeaderMap::new();
-        headers.insert("traceparent", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01".parse().unwrap());
-        assert_eq!(trace_id(&headers).as_deref(), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
-        headers.insert("traceparent", "00-00000000000000000000000000000000-00f067aa0ba902b7-01".parse().unwrap());
-        assert_eq!(trace_id(&headers), None);
-        headers.insert("traceparent", "garbage".parse().unwrap());
-        assert_eq!(trace_id(&headers), None);
-    }
 
     #[test]
     fn long_fields_are_cut_on_a_char_boundary() {

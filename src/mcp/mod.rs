@@ -50,6 +50,8 @@ pub mod methods;
 pub mod origin;
 /// Legacy sessions: issued by `initialize`, resolved per request, ended by `DELETE` or idleness.
 pub mod session;
+/// The span of one MCP message and the trace context of its `_meta`.
+pub mod span;
 /// The one place SSE events are built: event ids, notification frames, listen messages.
 pub mod sse;
 /// `GET` (the session's SSE stream) and `DELETE` (end the session) for legacy clients.

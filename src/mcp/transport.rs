@@ -22,6 +22,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::Value;
 use serde_json::value::RawValue;
+use tracing::Instrument as _;
 
 use super::audit::{ErrorCode, Trail};
 use super::dispatch::{self, Context, Method};
@@ -30,6 +31,7 @@ use super::error::McpError;
 use super::headers::{ReplyFormat, reply_format};
 use super::jsonrpc::{self, Body, Malformed, Message, RequestId};
 use super::origin;
+use super::span;
 use super::sse;
 use super::standalone::accepts_event_stream;
 use super::types::header as header_name;
@@ -76,15 +78,21 @@ pub async fn post(
     }
     match jsonrpc::parse(&bytes) {
         Ok(Body::Single(message)) => {
-            let trail = match &message {
-                Ok(Message::Request(call) | Message::Notification(call)) => Trail::of_call(&admitted, headers, call),
-                Ok(Message::Response) | Err(_) => unparsed(&admitted),
-            };
             let is_modern = message.as_ref().is_ok_and(|m| era::detect(headers, m).is_ok_and(|era| era.is_modern()));
+            let era_name = if is_modern { "modern" } else { "legacy" };
+            let (trail, span) = match &message {
+                Ok(Message::Request(call) | Message::Notification(call)) => {
+                    span::record_method(Method::label(&call.method), era_name);
+                    let (span, parent) = span::of_call(call, era_name);
+                    (Trail::of_call(&admitted, headers, call).traced(parent.as_ref()), span)
+                }
+                Ok(Message::Response) | Err(_) => (unparsed(&admitted), tracing::Span::none()),
+            };
             let trail = trail.modern(is_modern);
-            trail.attach(single(&state, admitted, headers, message).await)
+            trail.attach(single(&state, admitted, headers, message).instrument(span).await)
         }
         Ok(Body::Batch(messages)) => {
+            span::record_method("batch", "legacy");
             let methods: Vec<&str> =
                 messages.iter().filter_map(|m| m.as_ref().ok()).filter_map(Message::method).collect();
             let trail = Trail::new(&admitted, headers, "batch", methods.join(","));
@@ -118,6 +126,7 @@ pub(super) async fn admit(
             return Err(McpError::Unavailable);
         }
     };
+    span::record_agent(agent.id.as_str());
     if !is_key_of(&key, &agent.id) {
         return Err(McpError::Forbidden("the key belongs to another agent"));
     }
@@ -334,14 +343,18 @@ async fn batch(
         match message {
             Err(Malformed { id, error }) => answers.push(jsonrpc::failure(id.as_ref(), &error)),
             Ok(Message::Response) => {}
-            Ok(Message::Notification(call)) => dispatch::notify(&ctx, &call),
+            Ok(Message::Notification(call)) => {
+                let (span, _) = span::of_call(&call, "legacy");
+                span.in_scope(|| dispatch::notify(&ctx, &call));
+            }
             Ok(Message::Request(call)) => {
                 let Some(id) = call.id.as_ref() else { continue };
                 let answer = if Method::lookup(&call.method, era, false) == Some(Method::Initialize) {
                     let error = McpError::InvalidRequest("initialize must not be part of a batch".to_owned());
                     jsonrpc::failure(Some(id), &error)
                 } else {
-                    match dispatch::call(&ctx, &call).await {
+                    let (span, _) = span::of_call(&call, "legacy");
+                    match dispatch::call(&ctx, &call).instrument(span).await {
                         Ok(result) => jsonrpc::success(id, &result),
                         Err(error) => {
                             // One answer holds every item: a refused item is counted here.

@@ -66,6 +66,9 @@ mod mcp_methods;
 mod metrics;
 /// The operator endpoints on a listener of their own.
 mod operator;
+/// OpenTelemetry traces: `traceparent` and MCP `_meta` propagation (the `otel` feature).
+#[cfg(feature = "otel")]
+mod otel;
 /// Lists: page sizes, cursors, bytewise order.
 mod pagination;
 /// The binary: the generated operator token, concurrent migrations, graceful shutdown.

@@ -9,6 +9,7 @@ use crate::helpers::{
 use crate::live_client::Legacy;
 
 both!(operator_token_is_generated_once, the_operator_token_rotates, concurrent_migrations, sigterm_exits_cleanly);
+both!(log_lines_name_the_request_and_the_agent);
 
 /// The `hgo_...` token in `text`, if any.
 fn generated_tokens(text: &str) -> Vec<String> {
@@ -177,6 +178,41 @@ async fn sigterm_exits_cleanly(backend: Backend) {
     // initialize, resources/list and the stream's GET.
     assert_eq!(db.count("select count(*) from resource where uri = 'test://in-flight'").await, 1);
     assert_eq!(db.count("select count(*) from audit where kind = 'mcp'").await, 3, "{}", process.logs());
+}
+
+async fn log_lines_name_the_request_and_the_agent(backend: Backend) {
+    let db = TestDatabase::new(backend).await;
+    // tower-http logs each answer at debug level, inside the request's span.
+    let env = [("RUST_LOG", "info,tower_http=debug")];
+    let mut process = HivegateProcess::start_with_env(db.url(), Some(OPERATOR_TOKEN), &env).await;
+    process.create_agent("bot").await;
+    let key = process.issue_key("bot", &["mcp"]).await.key;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "resources/list", "params": {}});
+    let response = process
+        .with_key(Method::POST, "/bot/mcp", &key)
+        .header("x-request-id", "req-log-1")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    expect_json(response, StatusCode::OK).await;
+    assert!(process.terminate().await.success(), "{}", process.logs());
+
+    let stderr = process.stderr();
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|line| line["span"]["request_id"] == "req-log-1")
+        .collect();
+    assert!(!lines.is_empty(), "no JSON log line of the request:\n{stderr}");
+    let answered = lines.iter().find(|line| line["status"] == 200).unwrap_or_else(|| panic!("{stderr}"));
+    let span = &answered["span"];
+    assert_eq!(span["name"], "request", "{answered}");
+    assert_eq!(span["agent"], "bot", "{answered}");
+    assert_eq!(span["route"], "/{agent_id}/mcp", "{answered}");
+    assert_eq!(span["mcp.method"], "resources/list", "{answered}");
+    assert_eq!(span["mcp.era"], "legacy", "{answered}");
+    assert!(!stderr.contains(&key), "the key reached the log");
 }
 
 /// The receiving end of a channel as a stream (for a request body sent piece by piece).
