@@ -16,7 +16,9 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let telemetry = match hivegate::telemetry::init(&config.log, &config.telemetry) {
+    // Only the server exports traces; the one-shot commands (the container's healthcheck among them) log.
+    let exports = matches!(cli.command, Command::Serve).then_some(&config.telemetry);
+    let telemetry = match hivegate::telemetry::init(&config.log, exports) {
         Ok(telemetry) => telemetry,
         Err(error) => {
             eprintln!("hivegate: {error:#}");

@@ -47,12 +47,16 @@ impl Telemetry {
     }
 }
 
-/// Installs the global subscriber. Safe to call more than once (later calls install nothing), which tests rely
-/// on. Fails only when the configured OTLP exporter cannot be built.
-pub fn init(log: &LogConfig, telemetry: &TelemetryConfig) -> anyhow::Result<Telemetry> {
+/// Installs the global subscriber; with `telemetry` (the server's), also the OpenTelemetry export it
+/// configures. Safe to call more than once (later calls install nothing), which tests rely on. Fails only
+/// when the configured OTLP exporter cannot be built.
+pub fn init(log: &LogConfig, telemetry: Option<&TelemetryConfig>) -> anyhow::Result<Telemetry> {
     #[cfg(feature = "otel")]
     {
-        let provider = otel::provider(telemetry)?;
+        let provider = match telemetry {
+            Some(telemetry) => otel::provider(telemetry)?,
+            None => None,
+        };
         install(log, provider.as_ref().map(otel::layer));
         Ok(Telemetry { provider })
     }
