@@ -49,6 +49,10 @@ pub struct Shared {
     /// Set when the client cancelled the stream (`notifications/cancelled`): it gets nothing more, not even
     /// a final result.
     pub is_cancelled: AtomicBool,
+    /// Set once the bus has brought back the stream's own `StreamOpened` (a legacy stream): only then can a
+    /// `StreamOpened` of another stream of its session replace it. Messages arrive in commit order, so one
+    /// that arrives before this stream's own was sent before it: an older `GET`, which must not close it.
+    pub is_announced: AtomicBool,
     /// What the stream wants; a legacy session's subscriptions change under it. Read on every delivery,
     /// written on (un)subscribe: a read-mostly lock, never held across an `.await`.
     pub interest: RwLock<Interest>,
@@ -183,6 +187,7 @@ impl Hub {
         let shared = Arc::new(Shared {
             cursor: AtomicI64::new(-1),
             lagged: AtomicBool::new(false),
+            is_announced: AtomicBool::new(false),
             is_cancelled: AtomicBool::new(false),
             interest: RwLock::new(interest),
         });
@@ -311,9 +316,19 @@ impl BusHook for Hub {
             BusMessage::SessionEnded { agent, session } => self.on_agent(agent, |entry| {
                 entry.close_where(|h| matches!(&h.kind, Kind::Legacy { session: s, .. } if s.as_str() == session));
             }),
+            // The session's streams opened before this one (announced before it) are replaced; this one is
+            // now announced.
             BusMessage::StreamOpened { agent, session, stream } => self.on_agent(agent, |entry| {
-                entry.close_where(|h| {
-                    matches!(&h.kind, Kind::Legacy { session: s, stream: id } if s.as_str() == session && id != stream)
+                entry.close_where(|h| match &h.kind {
+                    Kind::Legacy { session: s, stream: id } if s.as_str() == session => {
+                        if id == stream {
+                            h.shared.is_announced.store(true, Ordering::Release);
+                            false
+                        } else {
+                            h.shared.is_announced.load(Ordering::Acquire)
+                        }
+                    }
+                    _ => false,
                 });
             }),
             BusMessage::Subscribed { agent, session, uri } => self.on_session(agent, session, |handle| {

@@ -71,6 +71,8 @@ async fn open(state: &AppState, admitted: &Admitted, headers: &HeaderMap) -> Res
     };
     if let Err(error) = state.store.announce(opened).await {
         tracing::warn!(%error, "could not announce a new session stream");
+        // Its announcement will not come back: a later GET must still be able to replace it.
+        registration.shared.is_announced.store(true, std::sync::atomic::Ordering::Release);
     }
     let uris = state.store.subscriptions(&session.digest).await?;
     registration.shared.set_interest_uris(uris.into_iter().collect());
