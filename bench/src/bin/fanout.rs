@@ -2,8 +2,8 @@
 //! server's memory per idle stream. Results and how to read them: bench/README.md.
 //!
 //! ```sh
-//! cargo build --release
-//! cargo run --release --example fanout -- --streams 100,1000,5000,10000 --era both --changes 20
+//! fanout --streams 100,1000,5000,10000 --era both --changes 20 [--bin PATH] [--database-url URL]
+//! fanout --target ceiling --ceiling-bin PATH --streams 5000
 //! ```
 //!
 //! For every era and stream count it starts a fresh `hivegate serve` (the binary of `--bin`, default
@@ -12,6 +12,10 @@
 //! measures the server's resident memory before and after, then makes `--changes` changes one after the
 //! other (each a new resource: `notifications/resources/list_changed` to every stream) and records, for every
 //! stream, the time from the start of the admin `PUT` to the arrival of the notification.
+//!
+//! `--target ceiling` measures the ceiling server's SSE equivalent instead (bench/src/bin/ceiling.rs): the
+//! same streams as plain `GET /sse`, each change one `POST /notify` that one broadcast channel hands to
+//! every stream, so the ratio of the two is hivegate's cost over the least an axum server can do.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -24,6 +28,9 @@ use tokio::sync::{Semaphore, mpsc};
 const TOKEN: &str = "bench-operator-token-0123456789";
 
 struct Options {
+    /// `hivegate` or `ceiling`.
+    target: &'static str,
+    ceiling_bin: String,
     counts: Vec<usize>,
     eras: Vec<&'static str>,
     changes: usize,
@@ -33,6 +40,8 @@ struct Options {
 
 fn options() -> Options {
     let mut options = Options {
+        target: "hivegate",
+        ceiling_bin: "bench/target/release/ceiling".to_owned(),
         counts: vec![100, 1000, 5000, 10000],
         eras: vec!["legacy", "modern"],
         changes: 20,
@@ -49,8 +58,14 @@ fn options() -> Options {
             "--era" if value == "modern" => options.eras = vec!["modern"],
             "--changes" => options.changes = value.parse().unwrap_or(20),
             "--bin" => options.bin = value,
+            "--target" if value == "hivegate" => options.target = "hivegate",
+            "--target" if value == "ceiling" => options.target = "ceiling",
+            "--ceiling-bin" => options.ceiling_bin = value,
             "--database-url" => options.database_url = Some(value),
-            other => panic!("unknown option {other} (see bench/README.md)"),
+            other => {
+                eprintln!("fanout: unknown option {other} (see bench/README.md)");
+                std::process::exit(2);
+            }
         }
     }
     options
@@ -80,11 +95,35 @@ impl Server {
         std::fs::create_dir_all(&dir).unwrap();
         let url =
             options.database_url.clone().unwrap_or_else(|| format!("sqlite://{}/bench.db?mode=rwc", dir.display()));
+        let child = if options.target == "ceiling" {
+            let bin = std::fs::canonicalize(&options.ceiling_bin)
+                .unwrap_or_else(|e| panic!("no {} ({e}): bench/run builds it", options.ceiling_bin));
+            Command::new(bin)
+                .args(["--listen", &format!("127.0.0.1:{port}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", options.ceiling_bin))
+        } else {
+            Self::hivegate(options, port, &dir, url)
+        };
+        let server = Self { child, base: format!("http://127.0.0.1:{port}"), _dir: tempdir::Dir(dir) };
+        let client = reqwest::Client::new();
+        for _ in 0..300 {
+            if client.get(format!("{}/readyz", server.base)).send().await.is_ok_and(|r| r.status().is_success()) {
+                return server;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{} did not become ready", options.target);
+    }
+
+    fn hivegate(options: &Options, port: u16, dir: &std::path::Path, url: String) -> Child {
         let bin = std::fs::canonicalize(&options.bin)
             .unwrap_or_else(|e| panic!("no {} ({e}): cargo build --release first", options.bin));
-        let child = Command::new(bin)
+        Command::new(bin)
             .arg("serve")
-            .current_dir(&dir)
+            .current_dir(dir)
             .env("HIVEGATE_LISTEN", format!("127.0.0.1:{port}"))
             .env("HIVEGATE_DATABASE_URL", url)
             .env("HIVEGATE_ADMIN_TOKEN", TOKEN)
@@ -98,16 +137,7 @@ impl Server {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e} (cargo build --release first)", options.bin));
-        let server = Self { child, base: format!("http://127.0.0.1:{port}"), _dir: tempdir::Dir(dir) };
-        let client = reqwest::Client::new();
-        for _ in 0..300 {
-            if client.get(format!("{}/readyz", server.base)).send().await.is_ok_and(|r| r.status().is_success()) {
-                return server;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("hivegate did not become ready");
+            .unwrap_or_else(|e| panic!("cannot start {}: {e} (cargo build --release first)", options.bin))
     }
 
     /// Resident memory of the server process, in KiB.
@@ -155,7 +185,9 @@ async fn stream(
     arrivals: mpsc::UnboundedSender<Arrival>,
 ) {
     let endpoint = format!("{base}/bench/mcp");
-    let request = if era == "legacy" {
+    let request = if era == "sse" {
+        http.get(format!("{base}/sse")).header("accept", "text/event-stream")
+    } else if era == "legacy" {
         let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25",
             "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}});
         let response = http.post(&endpoint).header("x-agent-api-key", &key).json(&init).send().await.unwrap();
@@ -200,9 +232,15 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 async fn run(options: &Options, era: &'static str, count: usize) {
     let server = Server::start(options).await;
     let http = reqwest::Client::builder().pool_max_idle_per_host(usize::MAX).build().unwrap();
-    admin(&http, &server.base, reqwest::Method::POST, "/agents", json!({"id": "bench", "name": "Bench"})).await;
-    let key = admin(&http, &server.base, reqwest::Method::POST, "/agents/bench/keys", json!({"scopes": ["mcp"]})).await;
-    let key = key["key"].as_str().unwrap().to_owned();
+    let ceiling = options.target == "ceiling";
+    let key = if ceiling {
+        String::new()
+    } else {
+        admin(&http, &server.base, reqwest::Method::POST, "/agents", json!({"id": "bench", "name": "Bench"})).await;
+        let key =
+            admin(&http, &server.base, reqwest::Method::POST, "/agents/bench/keys", json!({"scopes": ["mcp"]})).await;
+        key["key"].as_str().unwrap().to_owned()
+    };
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_before = server.rss_kib();
 
@@ -224,7 +262,12 @@ async fn run(options: &Options, era: &'static str, count: usize) {
     for change in 0..options.changes {
         let resource = json!({"uri": format!("bench://r/{change}"), "name": "r", "text": "x"});
         let sent = Instant::now();
-        admin(&http, &server.base, reqwest::Method::PUT, "/agents/bench/resources", resource).await;
+        if ceiling {
+            let response = http.post(format!("{}/notify", server.base)).send().await.unwrap();
+            assert!(response.status().is_success(), "notify: {}", response.status());
+        } else {
+            admin(&http, &server.base, reqwest::Method::PUT, "/agents/bench/resources", resource).await;
+        }
         for _ in 0..count {
             match tokio::time::timeout(Duration::from_secs(60), rx.recv()).await {
                 Ok(Some(Arrival::Notified(at))) => latencies.push(at.duration_since(sent)),
@@ -235,7 +278,8 @@ async fn run(options: &Options, era: &'static str, count: usize) {
     latencies.sort();
     let per_stream = (rss_after.saturating_sub(rss_before)) as f64 / count as f64;
     println!(
-        "| {era} | {count} | {:.1} | {:.1} | {:.1} | {per_stream:.1} | {:.1} |",
+        "| {} | {era} | {count} | {:.1} | {:.1} | {:.1} | {per_stream:.1} | {:.1} |",
+        options.target,
         ms(percentile(&latencies, 0.5)),
         ms(percentile(&latencies, 0.99)),
         ms(*latencies.last().unwrap()),
@@ -250,9 +294,10 @@ fn ms(duration: Duration) -> f64 {
 #[tokio::main]
 async fn main() {
     let options = options();
-    println!("| era | streams | p50 ms | p99 ms | max ms | KiB per idle stream | opened in s |");
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
-    for era in options.eras.clone() {
+    println!("| server | era | streams | p50 ms | p99 ms | max ms | KiB per idle stream | opened in s |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    let eras = if options.target == "ceiling" { vec!["sse"] } else { options.eras.clone() };
+    for era in eras {
         for count in options.counts.clone() {
             run(&options, era, count).await;
         }
