@@ -3,6 +3,7 @@
 //! ```sh
 //! seed base   --base URL --token T --agent ID [--count C] [--extra N]  # prints the agent's new mcp key
 //! seed agents --base URL --token T --count N --per-agent M --out FILE
+//! seed warm   --base URL --agents FILE                           # one read and one list per agent of FILE
 //! seed cold   --base URL --agent ID --key K --extra N --reads R  # prints cold and warm read latencies
 //! ```
 //!
@@ -122,6 +123,35 @@ async fn agents(admin: &Admin, count: usize, per_agent: usize, out: &str) -> Res
     Ok(())
 }
 
+/// Every agent of `file` (lines `agent key`) gets one W1 read and one W2 list, 8 at a time, so that the
+/// measured run that follows finds each agent's key, row, page and content loaded.
+async fn warm(base: &str, file: &str) -> Result<(), Failure> {
+    let http = reqwest::Client::new();
+    let text = std::fs::read_to_string(file)?;
+    let started = Instant::now();
+    let agents: Vec<(&str, &str)> = text.lines().filter_map(|line| line.split_once(' ')).collect();
+    futures::stream::iter(agents.iter().map(|(agent, key)| {
+        let http = &http;
+        async move {
+            for (method, params) in [("resources/read", json!({"uri": READ_URI})), ("resources/list", json!({}))] {
+                let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+                let response =
+                    http.post(format!("{base}/{agent}/mcp")).header("x-agent-api-key", *key).json(&body).send().await?;
+                if !response.status().is_success() {
+                    return Err::<(), Failure>(format!("{agent} {method}: {}", response.status()).into());
+                }
+                response.bytes().await?;
+            }
+            Ok::<(), Failure>(())
+        }
+    }))
+    .buffer_unordered(PARALLEL)
+    .try_collect::<()>()
+    .await?;
+    eprintln!("seed: {} agents warmed in {:.1} s", agents.len(), started.elapsed().as_secs_f64());
+    Ok(())
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted.get(at.min(sorted.len().saturating_sub(1))).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
@@ -209,6 +239,7 @@ async fn main() {
             )
             .await
         }
+        Some("warm") => warm(&base_url, required(&args, "--agents")).await,
         Some("cold") => {
             cold(
                 &base_url,
@@ -220,7 +251,7 @@ async fn main() {
             .await
         }
         _ => {
-            eprintln!("usage: seed base|agents|cold ... (see the top of bench/src/bin/seed.rs)");
+            eprintln!("usage: seed base|agents|warm|cold ... (see the top of bench/src/bin/seed.rs)");
             std::process::exit(2)
         }
     };
