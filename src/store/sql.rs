@@ -168,6 +168,15 @@ macro_rules! template_columns {
     };
 }
 
+/// The columns an audit row is inserted with (its creation and update times are its occurrence).
+macro_rules! audit_insert_columns {
+    () => {
+        "audit_id, agent_id, occurred_at, kind, actor, action, target, before_digest, after_digest, request_id, \
+         key_id, key_prefix, session_id, method, outcome, error_code, bytes_out, latency_us, client_ip, user_agent, \
+         trace_id, chain_seq, prev_hash, hash, created_at, updated_at"
+    };
+}
+
 macro_rules! audit_columns {
     () => {
         "audit_id, agent_id, occurred_at, kind, actor, action, target, before_digest, after_digest, request_id, \
@@ -182,9 +191,13 @@ macro_rules! prompt_columns {
     };
 }
 
+/// Audit rows one `insert` statement carries: 26 values each stays far below SQLite's 32,766 and PostgreSQL's
+/// 65,535 bound parameters.
+pub(super) const AUDIT_ROWS_PER_INSERT: usize = 500;
+
 pub(super) use {
-    agent_columns, audit_columns, key_columns, prompt_columns, resource_columns, resource_content_columns,
-    template_columns,
+    agent_columns, audit_columns, audit_insert_columns, key_columns, prompt_columns, resource_columns,
+    resource_content_columns, template_columns,
 };
 
 /// Expands the [`Store`](super::Store) implementation for a backend: `impl_store!(Type, Database, "name")`.
@@ -201,11 +214,11 @@ pub(super) use {
 macro_rules! impl_store {
     ($store:ty, $db:ty, $backend:literal) => {
         const _: () = {
-            use $crate::domain::model::{
-                Actor, Agent, AgentPatch, AuditFilter, AuditRecord, ChangeEvent, Content, KeyPatch, KeyRecord, NewAgent,
-                NewKey, NewPrompt, NewResource, NewResourceTemplate, Prompt, Resource, ResourceTemplate,
-            };
             use $crate::domain::audit::ChainHead;
+            use $crate::domain::model::{
+                Actor, Agent, AgentPatch, AuditFilter, AuditRecord, ChangeEvent, Content, KeyPatch, KeyRecord,
+                NewAgent, NewKey, NewPrompt, NewResource, NewResourceTemplate, Prompt, Resource, ResourceTemplate,
+            };
             use $crate::domain::session::{Pruned, Session, SessionDigest};
             use $crate::domain::time::Timestamp;
             use $crate::domain::{AgentId, PromptName, ResourceUri};
@@ -216,8 +229,8 @@ macro_rules! impl_store {
             };
             use $crate::store::sql::sessions::{PRUNE_BATCH, SessionRow};
             use $crate::store::sql::{
-                Change, agent_columns, audit_columns, key_columns, prefix_upper_bound, prompt_columns, resource_columns,
-                resource_content_columns, template_columns,
+                AUDIT_ROWS_PER_INSERT, Change, agent_columns, audit_columns, audit_insert_columns, key_columns,
+                prefix_upper_bound, prompt_columns, resource_columns, resource_content_columns, template_columns,
             };
             use $crate::store::{After, BatchOutcome, Store, StoreError, StoreResult, Upserted};
 
@@ -322,50 +335,54 @@ macro_rules! impl_store {
                             .await
                             .map_err(Self::error)?;
                     }
-                    for record in records.iter() {
-                        Self::insert_audit_row(tx, record).await?;
+                    // Multi-row inserts: one statement per chunk instead of a round trip per record, which is
+                    // what lets the writer keep up with a busy replica.
+                    for chunk in records.chunks(AUDIT_ROWS_PER_INSERT) {
+                        let mut insert = sqlx::QueryBuilder::<$db>::new(concat!(
+                            "insert into audit (",
+                            audit_insert_columns!(),
+                            ") "
+                        ));
+                        insert.push_values(chunk, |mut row, record| {
+                            Self::bind_audit_row(&mut row, record);
+                        });
+                        insert.build().execute(&mut **tx).await.map_err(Self::error)?;
                     }
                     Ok(())
                 }
 
-                async fn insert_audit_row(tx: &mut Tx, record: &AuditRecord) -> StoreResult<()> {
+                /// One audit row's values, in the order of `audit_insert_columns!`.
+                fn bind_audit_row(
+                    row: &mut sqlx::query_builder::Separated<'_, $db, &'static str>,
+                    record: &AuditRecord,
+                ) {
                     let at = record.occurred_at.as_micros();
-                    sqlx::query::<$db>(
-                        "insert into audit (audit_id, agent_id, occurred_at, kind, actor, action, target, \
-                         before_digest, after_digest, request_id, key_id, key_prefix, session_id, method, \
-                         outcome, error_code, bytes_out, latency_us, client_ip, user_agent, trace_id, \
-                         chain_seq, prev_hash, hash, created_at, updated_at) values ($1, $2, $3, $4, $5, $6, \
-                         $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, \
-                         $3, $3)",
-                    )
-                    .bind(&record.id)
-                    .bind(&record.agent_id)
-                    .bind(at)
-                    .bind(&record.kind)
-                    .bind(&record.actor)
-                    .bind(&record.action)
-                    .bind(&record.target)
-                    .bind(&record.before_digest)
-                    .bind(&record.after_digest)
-                    .bind(&record.request_id)
-                    .bind(&record.key_id)
-                    .bind(&record.key_prefix)
-                    .bind(&record.session_id)
-                    .bind(&record.method)
-                    .bind(&record.outcome)
-                    .bind(record.error_code)
-                    .bind(record.bytes_out)
-                    .bind(record.latency_us)
-                    .bind(&record.client_ip)
-                    .bind(&record.user_agent)
-                    .bind(&record.trace_id)
-                    .bind(record.chain_seq)
-                    .bind(&record.prev_hash)
-                    .bind(&record.hash)
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(Self::error)?;
-                    Ok(())
+                    row.push_bind(&record.id)
+                        .push_bind(&record.agent_id)
+                        .push_bind(at)
+                        .push_bind(&record.kind)
+                        .push_bind(&record.actor)
+                        .push_bind(&record.action)
+                        .push_bind(&record.target)
+                        .push_bind(&record.before_digest)
+                        .push_bind(&record.after_digest)
+                        .push_bind(&record.request_id)
+                        .push_bind(&record.key_id)
+                        .push_bind(&record.key_prefix)
+                        .push_bind(&record.session_id)
+                        .push_bind(&record.method)
+                        .push_bind(&record.outcome)
+                        .push_bind(record.error_code)
+                        .push_bind(record.bytes_out)
+                        .push_bind(record.latency_us)
+                        .push_bind(&record.client_ip)
+                        .push_bind(&record.user_agent)
+                        .push_bind(&record.trace_id)
+                        .push_bind(record.chain_seq)
+                        .push_bind(&record.prev_hash)
+                        .push_bind(&record.hash)
+                        .push_bind(at)
+                        .push_bind(at);
                 }
 
                 /// After resources changed in `tx`: refuses (rolling back) what takes `agent` or the gateway over
@@ -396,10 +413,12 @@ macro_rules! impl_store {
                         })?;
                     }
                     if quotas.max_total_bytes > 0 {
-                        let bytes = sqlx::query_scalar::<$db, i64>("select cast(coalesce(sum(size), 0) as bigint) from resource")
-                            .fetch_one(&mut **tx)
-                            .await
-                            .map_err(Self::error)?;
+                        let bytes = sqlx::query_scalar::<$db, i64>(
+                            "select cast(coalesce(sum(size), 0) as bigint) from resource",
+                        )
+                        .fetch_one(&mut **tx)
+                        .await
+                        .map_err(Self::error)?;
                         $crate::store::sql::within(bytes, quotas.max_total_bytes, || {
                             StoreError::TooLarge(format!(
                                 "the gateway's resources would hold {bytes} bytes; at most {} are allowed \

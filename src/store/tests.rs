@@ -15,6 +15,8 @@ use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
 use super::{Store, StoreError};
 use crate::config::DatabaseConfig;
+use crate::domain::audit::ChainVerifier;
+use crate::domain::model::AuditRecord;
 use crate::domain::model::{
     Actor, AgentPatch, Content, KeyPatch, NewAgent, NewKey, NewPrompt, NewResource, NewResourceTemplate, PromptMessage,
     RateLimit, RateLimitPatch, Role,
@@ -401,6 +403,59 @@ async fn limits(store: &dyn Store) -> TestResult {
     assert_eq!(store.update_agent(&agent, &patch, &actor).await?.audit_retention_days, Some(7));
     assert_eq!(store.get_agent(&agent).await?.ok_or("agent")?.audit_retention_days, Some(7));
     Ok(())
+}
+
+/// A batch of MCP audit records larger than one insert statement, for two agents interleaved: every record is
+/// stored, and each agent's chain verifies from the first to the head.
+async fn large_audit_batches(store: &dyn Store) -> TestResult {
+    let records: Vec<AuditRecord> = (0..1_234)
+        .map(|n| AuditRecord {
+            id: uuid::Uuid::now_v7().to_string(),
+            agent_id: if n % 3 == 0 { "one" } else { "two" }.to_owned(),
+            occurred_at: crate::domain::time::Timestamp::now(),
+            kind: "mcp".to_owned(),
+            actor: "key:k".to_owned(),
+            action: "resources/read".to_owned(),
+            target: format!("test://{n}"),
+            method: Some("resources/read".to_owned()),
+            bytes_out: Some(n),
+            ..AuditRecord::default()
+        })
+        .collect();
+    store.append_audit(records[..600].to_vec()).await?;
+    store.append_audit(records[600..].to_vec()).await?;
+    let heads = store.audit_heads(None).await?;
+    assert_eq!(heads.iter().map(|h| (h.agent_id.as_str(), h.seq)).collect::<Vec<_>>(), [("one", 412), ("two", 822)]);
+    for head in heads {
+        let mut verifier = ChainVerifier::new(head.clone());
+        let mut after = 0;
+        loop {
+            let page = store.audit_chain_page(&head.agent_id, after, 500).await?;
+            for record in &page {
+                verifier.check(record).map_err(|problem| format!("{}: {problem}", head.agent_id))?;
+            }
+            match page.last() {
+                Some(last) => after = last.chain_seq.ok_or("a chained record")?,
+                None => break,
+            }
+        }
+        assert_eq!(verifier.finish()?, u64::try_from(head.seq)?);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn sqlite_large_audit_batches() -> TestResult {
+    let file = ScratchFile::new();
+    let store = sqlite_store(&file.url(), LocalBus::new()).await?;
+    large_audit_batches(&store).await
+}
+
+#[tokio::test]
+async fn postgres_large_audit_batches() -> TestResult {
+    let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
+    let store = pg_store(&db.url).await?;
+    large_audit_batches(&store).await
 }
 
 #[tokio::test]
