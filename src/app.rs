@@ -166,6 +166,12 @@ impl Application {
         self.operator.as_ref().map(|(_, address)| *address)
     }
 
+    /// The shared state, to drive [`crate::http::router`] in-process without a socket (the instruction-count
+    /// benchmark, bench/instructions).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
     /// Serves until SIGTERM or SIGINT, then drains.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         self.run_with_shutdown(shutdown_signal()).await
