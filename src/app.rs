@@ -26,7 +26,7 @@ use crate::mcp::session::Sessions;
 use crate::metrics::{Levels, Metrics};
 use crate::registry::cache::RegistryCache;
 use crate::registry::cursor::CursorCodec;
-use crate::state::AppState;
+use crate::state::{AppState, Shared};
 use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{Store, StoreError, setting};
@@ -114,7 +114,7 @@ impl Application {
             }
             None => None,
         };
-        let state = AppState {
+        let state = AppState::new(Shared {
             config: Arc::new(config),
             store,
             bus,
@@ -128,7 +128,7 @@ impl Application {
             audit,
             metrics,
             guard,
-        };
+        });
         let operator_refresh = {
             let (operator, store) = (state.operator.clone(), state.store.clone());
             AbortOnDrop(tokio::spawn(async move {

@@ -15,9 +15,27 @@ use crate::registry::cache::RegistryCache;
 use crate::registry::cursor::CursorCodec;
 use crate::store::Store;
 
-/// Cheap to clone: every field is shared.
+/// Cheap to clone: one reference count, whatever the number of fields (every layer and extractor of a
+/// request clones the state). The fields are those of [`Shared`], reached through `Deref`.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What [`AppState`] shares.
+pub struct Shared {
     pub config: Arc<Config>,
     /// `Arc<dyn Store>` rather than a generic, so handlers are compiled once for both backends.
     pub store: Arc<dyn Store>,
