@@ -97,6 +97,41 @@ impl Serialize for ListResult<'_> {
     }
 }
 
+/// A `resources/read` result whose contents items are already serialised (the registry cache keeps each
+/// stored resource's item as JSON, so a read costs one copy of it, not a clone and a serialisation). It
+/// serialises exactly as [`ReadResourceResult`] does, field for field.
+pub struct ReadResult {
+    pub result_type: Option<ResultType>,
+    pub cache: Option<CacheHints>,
+    /// Each a serialised [`ResourceContents`].
+    pub contents: Vec<std::sync::Arc<RawValue>>,
+    pub meta: Option<MetaObject>,
+}
+
+impl Serialize for ReadResult {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        struct Items<'a>(&'a [std::sync::Arc<RawValue>]);
+        impl Serialize for Items<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_seq(self.0.iter().map(|item| &**item))
+            }
+        }
+        let mut map = serializer.serialize_map(None)?;
+        if let Some(result_type) = &self.result_type {
+            map.serialize_entry("resultType", result_type)?;
+        }
+        if let Some(cache) = &self.cache {
+            map.serialize_entry("ttlMs", &cache.ttl_ms)?;
+            map.serialize_entry("cacheScope", &cache.scope)?;
+        }
+        map.serialize_entry("contents", &Items(&self.contents))?;
+        if let Some(meta) = &self.meta {
+            map.serialize_entry("_meta", meta)?;
+        }
+        map.end()
+    }
+}
+
 /// Whether `version` is a legacy revision this server speaks.
 pub fn is_legacy_version(version: &str) -> bool {
     LEGACY_VERSIONS.contains(&version)
@@ -131,6 +166,42 @@ mod tests {
             serde_json::to_string(&modern).expect("serialises"),
             r#"{"resultType":"complete","resources":[{"uri":"a://b","name":"b"}],"nextCursor":"c","ttlMs":5,"cacheScope":"private"}"#
         );
+    }
+
+    #[test]
+    fn read_results_serialise_as_rmcp_does() {
+        let text = ResourceContents::TextResourceContents {
+            uri: "a://b".to_owned(),
+            mime_type: Some("text/plain".to_owned()),
+            text: "line \"one\"\n\u{1}é".to_owned(),
+            meta: None,
+        };
+        let blob = ResourceContents::BlobResourceContents {
+            uri: "a://c".to_owned(),
+            mime_type: None,
+            blob: "AAE=".to_owned(),
+            meta: None,
+        };
+        let meta =
+            MetaObject(serde_json::Map::from_iter([(meta::SERVER_INFO.to_owned(), serde_json::json!({"name": "x"}))]));
+        for (result_type, cache, meta) in [
+            (None, None, None),
+            (Some(ResultType::COMPLETE), Some(CacheHints { ttl_ms: 5, scope: CacheScope::Private }), Some(meta)),
+        ] {
+            let mut expected = ReadResourceResult::new(vec![text.clone(), blob.clone()]);
+            expected.result_type = result_type.clone();
+            if let Some(hints) = cache {
+                expected = expected.with_ttl_ms(hints.ttl_ms).with_cache_scope(hints.scope);
+            }
+            expected.meta = meta.clone();
+            let items =
+                [&text, &blob].map(|item| std::sync::Arc::from(serde_json::value::to_raw_value(item).expect("item")));
+            let ours = ReadResult { result_type, cache, contents: items.to_vec(), meta };
+            assert_eq!(
+                serde_json::to_string(&ours).expect("serialises"),
+                serde_json::to_string(&expected).expect("serialises")
+            );
+        }
     }
 
     #[test]

@@ -490,4 +490,42 @@ async fn templates_are_bounded(backend: Backend) {
     assert!(message.contains("messages[1]") && message.contains("output budget of 1048576 bytes"), "{message}");
     let answer = mcp.legacy("prompts/get", json!({"name": "large", "arguments": {"text": kib(30)}})).await;
     assert_eq!(answer.result()["messages"].as_array().map(Vec::len), Some(3));
+
+    // Fuel: a prompt that needs more than a quick render's fuel is rendered in full (all its messages, from
+    // a fresh budget) and answered as any other; one that needs more than the full fuel is -32602.
+    let text = |text: &str| json!({"role": "user", "content": {"type": "text", "text": text}});
+    let body = json!({"arguments": [{"name": "who"}],
+        "messages": [text("Count, {{ who }}:"), text("{% for i in range(1000) %}{{ i }},{% endfor %}")]});
+    assert!(
+        app.op(Method::PUT, "/admin/v1/agents/bot/prompts/count")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .is_success()
+    );
+    let counted: String = (0..1000).map(|i| format!("{i},")).collect();
+    for answer in [
+        mcp.legacy("prompts/get", json!({"name": "count", "arguments": {"who": "Ada"}})).await,
+        mcp.modern("prompts/get", json!({"name": "count", "arguments": {"who": "Ada"}})).await,
+    ] {
+        let messages = &answer.result()["messages"];
+        assert_eq!(messages[0]["content"]["text"], "Count, Ada:");
+        assert_eq!(messages[1]["content"]["text"], counted.as_str());
+    }
+    let body =
+        json!({"messages": [text("{% for i in range(10000) %}{% for j in range(10000) %}.{% endfor %}{% endfor %}")]});
+    assert!(
+        app.op(Method::PUT, "/admin/v1/agents/bot/prompts/runaway")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .is_success()
+    );
+    let answer = mcp.modern("prompts/get", json!({"name": "runaway"})).await;
+    let message = answer.error(StatusCode::OK, -32602)["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("messages[0]") && message.contains("fuel"), "{message}");
 }

@@ -11,18 +11,24 @@ use minijinja::{Error, ErrorKind};
 
 /// The bytes one request may have rendered: its output and every filter result, across all its renders
 /// (all the messages of one prompt share one budget).
+///
+/// A budget may also be *quick*: its renders get [`super::QUICK_FUEL`] instead of [`super::FUEL`], so that
+/// they can run on an async worker; one that runs out of that fuel is marked
+/// ([`Budget::wants_more_fuel`]) and the caller renders again, from a fresh budget, on the blocking pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Budget {
     limit: usize,
     used: usize,
     /// Whether a render charging it was refused for want of bytes or of fuel.
     is_spent: bool,
+    is_quick: bool,
+    wants_more_fuel: bool,
 }
 
 impl Budget {
     /// A budget of `limit` bytes, none used yet.
     pub const fn new(limit: usize) -> Self {
-        Self { limit, used: 0, is_spent: false }
+        Self { limit, used: 0, is_spent: false, is_quick: false, wants_more_fuel: false }
     }
 
     /// Whether a render was refused because it would have exceeded this budget or run out of fuel: the
@@ -33,6 +39,26 @@ impl Budget {
 
     pub(super) fn spend(&mut self) {
         self.is_spent = true;
+    }
+
+    /// The default budget, for renders with [`super::QUICK_FUEL`].
+    pub const fn quick() -> Self {
+        Self { limit: super::BUDGET_BYTES, used: 0, is_spent: false, is_quick: true, wants_more_fuel: false }
+    }
+
+    pub(super) const fn is_quick(&self) -> bool {
+        self.is_quick
+    }
+
+    /// Marks a quick budget whose render ran out of [`super::QUICK_FUEL`] (and nothing else).
+    pub(super) fn ran_out_of_quick_fuel(&mut self) {
+        self.wants_more_fuel = true;
+    }
+
+    /// Whether a render with this (quick) budget failed only for want of fuel: it has to be rendered again,
+    /// with a [`Budget::default`], where [`super::FUEL`] may be spent.
+    pub const fn wants_more_fuel(&self) -> bool {
+        self.wants_more_fuel
     }
 
     /// The bytes this budget allows in all.

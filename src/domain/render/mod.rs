@@ -37,6 +37,9 @@ pub use self::filters::{FILTERS, FUNCTIONS, MAX_RANGE, TESTS};
 
 /// Instructions one render may execute; enough for any reasonable prompt, not for a runaway loop.
 pub const FUEL: u64 = 100_000;
+/// Instructions a *quick* render ([`Budget::quick`]) may execute: a few microseconds, little enough to
+/// render on an async worker (variable substitutions and short conditionals fit many times over).
+pub const QUICK_FUEL: u64 = 2_000;
 /// The default [`Budget`] of one request: the output and filter results of one `prompts/get` (all its
 /// messages together) or of one resource-template read.
 pub const BUDGET_BYTES: usize = 1024 * 1024;
@@ -45,13 +48,15 @@ const RECURSION_LIMIT: usize = 64;
 
 /// One environment for the whole process: it holds no templates (each render compiles its own
 /// source), only configuration, so sharing it is safe.
-static ENVIRONMENT: LazyLock<Environment<'static>> = LazyLock::new(build_environment);
+static ENVIRONMENT: LazyLock<Environment<'static>> = LazyLock::new(|| build_environment(FUEL));
+/// The same environment with [`QUICK_FUEL`], for quick budgets.
+static QUICK_ENVIRONMENT: LazyLock<Environment<'static>> = LazyLock::new(|| build_environment(QUICK_FUEL));
 
 /// An empty environment (no builtin filter, test or global) with only the allowed ones registered.
-fn build_environment() -> Environment<'static> {
+fn build_environment(fuel: u64) -> Environment<'static> {
     let mut env = Environment::empty();
     filters::register(&mut env);
-    env.set_fuel(Some(FUEL));
+    env.set_fuel(Some(fuel));
     env.set_undefined_behavior(UndefinedBehavior::Lenient);
     env.set_recursion_limit(RECURSION_LIMIT);
     // Output is plain text or a URI, never HTML: nothing is escaped.
@@ -82,14 +87,18 @@ pub fn render_with_budget(
     budget: &mut Budget,
 ) -> Result<String, String> {
     check::check(source)?;
-    let template = ENVIRONMENT.template_from_str(source).map_err(|error| describe(&error))?;
+    let environment = if budget.is_quick() { &QUICK_ENVIRONMENT } else { &ENVIRONMENT };
+    let template = environment.template_from_str(source).map_err(|error| describe(&error))?;
     let mut output = MeteredWriter { buffer: Vec::new() };
     let scope = budget::Scope::enter(budget);
     let rendered = template.render_captured_to(args, &mut output);
     let exceeded = scope.exceeded();
     drop(scope);
     if let Err(error) = rendered {
-        if exceeded.is_some() || error.kind() == minijinja::ErrorKind::OutOfFuel {
+        if budget.is_quick() && exceeded.is_none() && error.kind() == minijinja::ErrorKind::OutOfFuel {
+            // Not a limit of the prompt's: the quick fuel only. The caller renders again with the full fuel.
+            budget.ran_out_of_quick_fuel();
+        } else if exceeded.is_some() || error.kind() == minijinja::ErrorKind::OutOfFuel {
             budget.spend();
         }
         return Err(match exceeded {

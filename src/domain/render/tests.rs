@@ -354,3 +354,35 @@ fn runaway_loops_run_out_of_fuel() {
     assert!(render_with_budget("{{ 1 + }}", &args(&[]), &mut budget).is_err());
     assert!(!budget.is_spent(), "a broken template is not a render limit");
 }
+
+#[test]
+fn quick_renders_give_what_full_renders_give_or_ask_for_more_fuel() {
+    let values = args(&[("topic", "bees"), ("depth", "deep")]);
+    // Within the quick fuel: the full render's output, and nothing more wanted.
+    let mut quick = Budget::quick();
+    assert_eq!(render_with_budget(RESEARCH, &values, &mut quick), render(RESEARCH, &values));
+    assert!(!quick.wants_more_fuel());
+    assert_eq!(quick.remaining(), BUDGET_BYTES - render(RESEARCH, &values).expect("renders").len());
+
+    // More than the quick fuel, far less than the full fuel: the quick render asks for more.
+    let heavy = "{% for i in range(1000) %}{{ i }}{% endfor %}";
+    let mut quick = Budget::quick();
+    let error = render_with_budget(heavy, &values, &mut quick).expect_err("out of quick fuel");
+    assert!(error.contains("fuel"), "{error}");
+    assert!(quick.wants_more_fuel());
+    assert_eq!(
+        render(heavy, &values).expect("the full fuel suffices").len(),
+        (0..1000).map(|i| i.to_string().len()).sum::<usize>()
+    );
+
+    // Any other failure is the full render's failure, and does not ask for more fuel.
+    for source in ["{{ topic|nosuchfilter }}", "{% for i in range(10) %}{{ 'x' * 2 }}{% endfor %}", "{{ topic"] {
+        let mut quick = Budget::quick();
+        assert_eq!(render_with_budget(source, &values, &mut quick), render(source, &values), "{source}");
+        assert!(!quick.wants_more_fuel(), "{source}");
+    }
+    let mut small = Budget::new(4);
+    assert!(!small.wants_more_fuel());
+    assert!(render_with_budget("{{ topic }}{{ topic }}", &values, &mut small).is_err());
+    assert!(!small.wants_more_fuel(), "only quick budgets ask for more fuel");
+}

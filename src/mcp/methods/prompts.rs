@@ -149,18 +149,27 @@ impl McpMethod for GetPrompt {
         {
             return Err(McpError::InvalidParams(format!("missing required argument {:?}", missing.name)));
         }
-        // Rendering is CPU work up to the fuel limit: it runs on the blocking pool, not on an async worker.
-        let stored = Arc::clone(&prompt);
-        let arguments = self.arguments;
-        let (rendered, budget) = tokio::task::spawn_blocking(move || {
-            let mut budget = Budget::default();
-            (render_messages(&stored.messages, &arguments, &mut budget), budget)
-        })
-        .await
-        .map_err(|error| {
-            tracing::error!(prompt = %prompt.name, %error, "rendering a prompt did not complete");
-            McpError::Internal
-        })?;
+        // Rendering is CPU work up to the fuel limit. Most prompts need little: they are rendered here with
+        // the quick fuel, and only one that runs out of it is rendered again, with the full fuel, on the
+        // blocking pool rather than on an async worker. Fuel only ever ends a render, so a quick render
+        // that completes (or fails for another reason) is what the full one would give.
+        let mut quick = Budget::quick();
+        let (rendered, budget) = match render_messages(&prompt.messages, &self.arguments, &mut quick) {
+            Err(_) if quick.wants_more_fuel() => {
+                let stored = Arc::clone(&prompt);
+                let arguments = self.arguments;
+                tokio::task::spawn_blocking(move || {
+                    let mut budget = Budget::default();
+                    (render_messages(&stored.messages, &arguments, &mut budget), budget)
+                })
+                .await
+                .map_err(|error| {
+                    tracing::error!(prompt = %prompt.name, %error, "rendering a prompt did not complete");
+                    McpError::Internal
+                })?
+            }
+            rendered => (rendered, quick),
+        };
         let rendered =
             rendered.map_err(
                 |message| {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::{McpMethod, params};
 use crate::domain::model::{Content, Resource, ResourceTemplate};
@@ -14,10 +15,11 @@ use crate::domain::render::{self, Budget};
 use crate::domain::{ResourceUri, UriTemplate};
 use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
-use crate::mcp::types::{ReadResourceRequestParams, ReadResourceResult, ResourceContents};
+use crate::mcp::types::{ReadResourceRequestParams, ReadResult, ResourceContents};
 use crate::mcp::uri_match::{MatchBudget, match_uri_within};
 use crate::metrics::Limit;
 use crate::registry::cache::{Key, Loaded};
+use crate::store::StoreError;
 
 /// The MIME type that marks a directory resource.
 pub const DIRECTORY_MIME: &str = "inode/directory";
@@ -28,15 +30,23 @@ pub const DIRECTORY_MAX_BYTES: u64 = 4 * 1024 * 1024;
 /// Templates considered for template reads (an agent with more has the rest ignored).
 const MAX_TEMPLATES: u32 = 1000;
 
-/// A stored resource with its content (as cached).
-pub type Stored = Option<(Resource, Content)>;
+/// A stored resource as cached: the resource, its content's size, and its MCP contents item serialised
+/// once, when loaded.
+pub struct StoredItem {
+    pub resource: Resource,
+    pub size: u64,
+    pub item: Arc<RawValue>,
+}
+
+/// A stored resource (or its absence), as cached.
+pub type Stored = Option<StoredItem>;
 
 pub struct ReadResource {
     uri: String,
 }
 
 impl McpMethod for ReadResource {
-    type Output = ReadResourceResult;
+    type Output = ReadResult;
 
     fn parse(raw: Option<Value>) -> Result<Self, McpError> {
         let parsed: ReadResourceRequestParams = params(raw)?;
@@ -45,26 +55,20 @@ impl McpMethod for ReadResource {
         Ok(Self { uri: parsed.uri })
     }
 
-    async fn apply(self, ctx: &Context<'_>) -> Result<ReadResourceResult, McpError> {
+    async fn apply(self, ctx: &Context<'_>) -> Result<ReadResult, McpError> {
         // A URI that cannot be stored cannot be found: answered without touching the store or the cache
         // (which would otherwise hold an arbitrarily long "absent" key).
         if ResourceUri::parse(&self.uri).is_err() {
             return Err(ctx.not_found(&self.uri));
         }
         let contents = match stored(ctx, &self.uri).await?.as_ref() {
-            Some((resource, content)) if resource.mime_type.as_deref() == Some(DIRECTORY_MIME) => {
-                directory(ctx, resource, content).await?
+            Some(stored) if stored.resource.mime_type.as_deref() == Some(DIRECTORY_MIME) => {
+                directory(ctx, stored).await?
             }
-            Some((resource, content)) => vec![contents_of(resource, content)],
-            None => vec![from_template(ctx, &self.uri).await?],
+            Some(stored) => vec![stored.item.clone()],
+            None => vec![serialised(&from_template(ctx, &self.uri).await?)?],
         };
-        let mut result = ReadResourceResult::new(contents);
-        result.result_type = ctx.result_type();
-        if let Some(hints) = ctx.cache_hints() {
-            result = result.with_ttl_ms(hints.ttl_ms).with_cache_scope(hints.scope);
-        }
-        result.meta = ctx.result_meta();
-        Ok(result)
+        Ok(ReadResult { result_type: ctx.result_type(), cache: ctx.cache_hints(), contents, meta: ctx.result_meta() })
     }
 }
 
@@ -77,16 +81,25 @@ async fn stored(ctx: &Context<'_>, uri: &str) -> Result<Arc<Stored>, McpError> {
     let loaded = ctx
         .registry()
         .get_or_load(&ctx.agent.id, Key::Content(uri.to_owned()), || async move {
-            let found = store.get_resource(&agent, &owned).await?;
-            let bytes = match &found {
-                Some((_, content)) if content.size() > max => None,
-                Some((resource, content)) => Some(content.size() as usize + resource.uri.as_str().len() * 2),
-                None => Some(owned.len()),
+            let Some((resource, content)) = store.get_resource(&agent, &owned).await? else {
+                return Ok(Loaded { value: None, bytes: Some(owned.len()) });
             };
-            Ok(Loaded { value: found, bytes })
+            let item = serde_json::value::to_raw_value(&contents_of(&resource, &content))
+                .map_err(|error| StoreError::Corrupt(error.to_string()))?;
+            let size = content.size();
+            let bytes = (size <= max).then(|| item.get().len() + resource.uri.as_str().len() * 2);
+            Ok(Loaded { value: Some(StoredItem { resource, size, item: Arc::from(item) }), bytes })
         })
         .await?;
     Ok(loaded)
+}
+
+/// A contents item rendered for this request, serialised.
+fn serialised(contents: &ResourceContents) -> Result<Arc<RawValue>, McpError> {
+    serde_json::value::to_raw_value(contents).map(Arc::from).map_err(|error| {
+        tracing::error!(%error, "could not serialise a resource's contents");
+        McpError::Internal
+    })
 }
 
 /// One content item: text as is, bytes as base64; the resource's own `mimeType`.
@@ -105,11 +118,11 @@ fn contents_of(resource: &Resource, content: &Content) -> ResourceContents {
 
 /// The directory itself, then the resources directly below it in URI order, within the count and byte caps.
 /// Children are chosen from their metadata (sizes) first; only the chosen ones' contents are loaded.
-async fn directory(ctx: &Context<'_>, dir: &Resource, content: &Content) -> Result<Vec<ResourceContents>, McpError> {
-    let uri = dir.uri.as_str();
+async fn directory(ctx: &Context<'_>, dir: &StoredItem) -> Result<Vec<Arc<RawValue>>, McpError> {
+    let uri = dir.resource.uri.as_str();
     let prefix = if uri.ends_with('/') { uri.to_owned() } else { format!("{uri}/") };
-    let mut contents = vec![contents_of(dir, content)];
-    let mut total = content.size();
+    let mut contents = vec![dir.item.clone()];
+    let mut total = dir.size;
     let limit = (DIRECTORY_MAX_CONTENTS - 1) as u32;
     let children = ctx.registry().store().directory_children(&ctx.agent.id, &prefix, limit).await?;
     for child in &children {
@@ -117,9 +130,9 @@ async fn directory(ctx: &Context<'_>, dir: &Resource, content: &Content) -> Resu
             break;
         }
         // Read through the content cache; a child deleted meanwhile is simply left out.
-        if let Some((resource, child_content)) = stored(ctx, child.uri.as_str()).await?.as_ref() {
-            total += child_content.size();
-            contents.push(contents_of(resource, child_content));
+        if let Some(stored) = stored(ctx, child.uri.as_str()).await?.as_ref() {
+            total += stored.size;
+            contents.push(stored.item.clone());
         }
     }
     Ok(contents)
