@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use sqlx::error::{DatabaseError, ErrorKind};
 
 use super::StoreError;
-use crate::domain::model::Resource;
+use crate::domain::model::{RateLimit, RateLimitPatch, Resource};
 
 /// The `impl Store` block itself.
 pub(super) mod methods;
@@ -26,6 +26,24 @@ pub(super) fn within(value: i64, max: u64, over: impl FnOnce() -> StoreError) ->
         return Err(over());
     }
     Ok(())
+}
+
+/// An agent's or a key's (`owner`) rate limit after the merge-patch `patch` (`None` leaves it, `Some(None)`
+/// removes it); a partial limit with nothing to merge into is invalid.
+pub(super) fn merged_rate_limit(
+    current: Option<RateLimit>,
+    patch: Option<Option<RateLimitPatch>>,
+    owner: &str,
+) -> Result<Option<RateLimit>, StoreError> {
+    match patch {
+        None => Ok(current),
+        Some(None) => Ok(None),
+        Some(Some(limit)) => limit.apply_to(current).map(Some).ok_or_else(|| {
+            StoreError::Invalid(format!(
+                "the {owner} has no rateLimit to merge into: give both requestsPerSecond and burst"
+            ))
+        }),
+    }
 }
 
 /// What one registry change tells subscribers; becomes the change's event row.
@@ -230,7 +248,8 @@ macro_rules! impl_store {
             use $crate::store::sql::sessions::{PRUNE_BATCH, SessionRow};
             use $crate::store::sql::{
                 AUDIT_ROWS_PER_INSERT, Change, agent_columns, audit_columns, audit_insert_columns, key_columns,
-                prefix_upper_bound, prompt_columns, resource_columns, resource_content_columns, template_columns,
+                merged_rate_limit, prefix_upper_bound, prompt_columns, resource_columns, resource_content_columns,
+                template_columns,
             };
             use $crate::store::{After, BatchOutcome, Store, StoreError, StoreResult, Upserted};
 

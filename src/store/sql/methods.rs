@@ -299,18 +299,7 @@ macro_rules! impl_store_methods {
                 if let Some(description) = &patch.description {
                     after.description = description.clone();
                 }
-                match patch.rate_limit {
-                    None => {}
-                    Some(None) => after.rate_limit = None,
-                    Some(Some(limit)) => {
-                        after.rate_limit = Some(limit.apply_to(before.rate_limit).ok_or_else(|| {
-                            StoreError::Invalid(
-                                "the agent has no rateLimit to merge into: give both requestsPerSecond and burst"
-                                    .to_owned(),
-                            )
-                        })?);
-                    }
-                }
+                after.rate_limit = merged_rate_limit(before.rate_limit, patch.rate_limit, "agent")?;
                 if let Some(cache_ttl_ms) = patch.cache_ttl_ms {
                     after.cache_ttl_ms = cache_ttl_ms;
                 }
@@ -502,18 +491,7 @@ macro_rules! impl_store_methods {
                 if let Some(name) = &patch.name {
                     after.name = name.clone();
                 }
-                match patch.rate_limit {
-                    None => {}
-                    Some(None) => after.rate_limit = None,
-                    Some(Some(limit)) => {
-                        after.rate_limit = Some(limit.apply_to(before.rate_limit).ok_or_else(|| {
-                            StoreError::Invalid(
-                                "the key has no rateLimit to merge into: give both requestsPerSecond and burst"
-                                    .to_owned(),
-                            )
-                        })?);
-                    }
-                }
+                after.rate_limit = merged_rate_limit(before.rate_limit, patch.rate_limit, "key")?;
                 sqlx::query::<$db>(
                     "update api_key set name = $3, rate_limit_rps = $4, rate_limit_burst = $5, \
                      rate_limit_shared = $6, updated_at = $7 where api_key_id = $1 and agent_id = $2",
