@@ -63,12 +63,19 @@ where
 
 /// A 429 of the MCP endpoint: `Retry-After` in whole seconds, -31429 with `data.retryAfterMs`, `id` null.
 fn assert_refused(answer: &Answer) -> u64 {
+    let retry_after_ms = refusal(answer, serde_json::Value::Null);
+    assert!((1..=1000).contains(&retry_after_ms), "one token a second: {retry_after_ms} ms");
+    retry_after_ms
+}
+
+/// A 429 of the MCP endpoint for the request `id`: `Retry-After` in whole seconds rounding up -31429's
+/// `data.retryAfterMs`, which it returns.
+fn refusal(answer: &Answer, id: serde_json::Value) -> u64 {
     let error = answer.error(StatusCode::TOO_MANY_REQUESTS, -31429);
     let retry_after_ms = error["data"]["retryAfterMs"].as_u64().unwrap_or_else(|| panic!("retryAfterMs: {error}"));
-    assert!((1..=1000).contains(&retry_after_ms), "one token a second: {retry_after_ms} ms");
     let seconds: u64 = field(&answer.headers, "retry-after").parse().expect("Retry-After in seconds");
     assert_eq!(seconds, retry_after_ms.div_ceil(1000), "Retry-After rounds retryAfterMs up");
-    assert_eq!(answer.body["id"], serde_json::Value::Null);
+    assert_eq!(answer.body["id"], id);
     retry_after_ms
 }
 
@@ -442,12 +449,7 @@ async fn a_shared_limit_holds_across_two_processes() {
 
 /// A costly method's 429: as [`assert_refused`], but the body was parsed, so the error carries the request's id.
 fn assert_method_refused(answer: &Answer) -> u64 {
-    let error = answer.error(StatusCode::TOO_MANY_REQUESTS, -31429);
-    let retry_after_ms = error["data"]["retryAfterMs"].as_u64().unwrap_or_else(|| panic!("retryAfterMs: {error}"));
-    let seconds: u64 = field(&answer.headers, "retry-after").parse().expect("Retry-After in seconds");
-    assert_eq!(seconds, retry_after_ms.div_ceil(1000), "Retry-After rounds retryAfterMs up");
-    assert_eq!(answer.body["id"], 1);
-    retry_after_ms
+    refusal(answer, json!(1))
 }
 
 async fn costly_methods_have_limits_of_their_own(backend: Backend) {
