@@ -117,7 +117,7 @@ impl CreateKey {
     security(("operator" = [])),
     responses((status = 201, description = "Created; `key` is shown only here", body = CreatedKey),
                (status = 404, description = "No such agent", body = Problem, content_type = "application/problem+json"),
-               (status = 422, description = "Unknown scope, empty scopes, expiry in the past", body = Problem, content_type = "application/problem+json")))]
+               (status = 422, description = "Unknown scope, empty scopes, expiry in the past, a rate limit of 0", body = Problem, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "admin.create_key", skip_all, fields(agent = %access.agent.id))]
 pub async fn create(
     State(state): State<AppState>,
@@ -191,11 +191,8 @@ pub async fn patch(
 ) -> Result<Json<KeyRecord>, ApiError> {
     let key_id = path.get("key_id")?;
     let patch = body.into_patch()?;
-    let record =
-        state.store.update_key(&access.agent.id, key_id, &patch, &access.actor).await.map_err(|error| match error {
-            StoreError::NotFound => ApiError::NotFound(format!("key {key_id:?} does not exist")),
-            other => other.into(),
-        })?;
+    let record = state.store.update_key(&access.agent.id, key_id, &patch, &access.actor).await;
+    let record = record.map_err(|error| key_missing(error, key_id))?;
     Ok(Json(record))
 }
 
@@ -212,11 +209,17 @@ pub async fn revoke(
     path: PathParams,
 ) -> Result<StatusCode, ApiError> {
     let key_id = path.get("key_id")?;
-    state.store.revoke_key(&access.agent.id, key_id, &access.actor).await.map_err(|error| match error {
+    let revoked = state.store.revoke_key(&access.agent.id, key_id, &access.actor).await;
+    revoked.map_err(|error| key_missing(error, key_id))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The store's `NotFound` for a key of the path's agent as a 404 naming it.
+fn key_missing(error: StoreError, key_id: &str) -> ApiError {
+    match error {
         StoreError::NotFound => ApiError::NotFound(format!("key {key_id:?} does not exist")),
         other => other.into(),
-    })?;
-    Ok(StatusCode::NO_CONTENT)
+    }
 }
 
 #[cfg(test)]
