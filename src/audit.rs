@@ -129,15 +129,17 @@ impl Batcher {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            // The batch is never full here (a full one is written at once), so `recv_many` takes at least one
+            // record, and as many as are waiting: a writer that fell behind catches up in full batches.
+            let room = self.batch_size - batch.len();
             tokio::select! {
-                received = receiver.recv() => match received {
-                    Some(record) => {
-                        batch.push(record);
-                        if batch.len() >= self.batch_size {
-                            self.write(&mut batch).await;
-                        }
+                received = receiver.recv_many(&mut batch, room) => {
+                    if received == 0 {
+                        break;
                     }
-                    None => break,
+                    if batch.len() >= self.batch_size {
+                        self.write(&mut batch).await;
+                    }
                 },
                 _ = tick.tick() => {
                     if !batch.is_empty() {
@@ -149,8 +151,11 @@ impl Batcher {
         }
         // Shutting down: everything still queued, in batches.
         receiver.close();
-        while let Some(record) = receiver.recv().await {
-            batch.push(record);
+        loop {
+            let room = self.batch_size - batch.len();
+            if receiver.recv_many(&mut batch, room).await == 0 {
+                break;
+            }
             if batch.len() >= self.batch_size {
                 self.write(&mut batch).await;
             }
@@ -164,7 +169,7 @@ impl Batcher {
     async fn write(&self, batch: &mut Vec<AuditRecord>) {
         let mut backoff = Duration::from_millis(100);
         loop {
-            match self.store.append_audit(batch.clone()).await {
+            match self.store.append_audit(batch).await {
                 Ok(()) => {
                     self.stats.written.fetch_add(batch.len() as u64, Ordering::Relaxed);
                     batch.clear();

@@ -14,37 +14,51 @@ use super::model::AuditRecord;
 /// The hash before the first record of a chain.
 pub const GENESIS: &str = "";
 
-/// `hex(SHA-256(prev || "\n" || fields))`, the fields serialised as one JSON array in a fixed order.
+/// `hex(SHA-256(prev || "\n" || fields))`, the fields serialised as one compact JSON array in a fixed order.
 pub fn chain_hash(prev: &str, record: &AuditRecord, seq: i64) -> String {
-    let fields = serde_json::json!([
-        record.id,
-        record.agent_id,
-        seq,
-        record.occurred_at.as_micros(),
-        record.kind,
-        record.actor,
-        record.action,
-        record.target,
-        record.before_digest,
-        record.after_digest,
-        record.request_id,
-        record.key_id,
-        record.key_prefix,
-        record.session_id,
-        record.method,
-        record.outcome,
-        record.error_code,
-        record.bytes_out,
-        record.latency_us,
-        record.client_ip,
-        record.user_agent,
-        record.trace_id,
-    ]);
     let mut hasher = Sha256::new();
     hasher.update(prev.as_bytes());
     hasher.update(b"\n");
-    hasher.update(fields.to_string().as_bytes());
+    // Serialised straight into the hash: the writer hashes every MCP request's record.
+    serde_json::to_writer(&mut hasher, &ChainFields { record, seq }).expect("hashing cannot fail to write");
     hex::encode(hasher.finalize())
+}
+
+/// The hashed fields of a record at position `seq`, serialised as a JSON array.
+struct ChainFields<'a> {
+    record: &'a AuditRecord,
+    seq: i64,
+}
+
+impl serde::Serialize for ChainFields<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let record = self.record;
+        let mut fields = serializer.serialize_tuple(22)?;
+        fields.serialize_element(&record.id)?;
+        fields.serialize_element(&record.agent_id)?;
+        fields.serialize_element(&self.seq)?;
+        fields.serialize_element(&record.occurred_at.as_micros())?;
+        fields.serialize_element(&record.kind)?;
+        fields.serialize_element(&record.actor)?;
+        fields.serialize_element(&record.action)?;
+        fields.serialize_element(&record.target)?;
+        fields.serialize_element(&record.before_digest)?;
+        fields.serialize_element(&record.after_digest)?;
+        fields.serialize_element(&record.request_id)?;
+        fields.serialize_element(&record.key_id)?;
+        fields.serialize_element(&record.key_prefix)?;
+        fields.serialize_element(&record.session_id)?;
+        fields.serialize_element(&record.method)?;
+        fields.serialize_element(&record.outcome)?;
+        fields.serialize_element(&record.error_code)?;
+        fields.serialize_element(&record.bytes_out)?;
+        fields.serialize_element(&record.latency_us)?;
+        fields.serialize_element(&record.client_ip)?;
+        fields.serialize_element(&record.user_agent)?;
+        fields.serialize_element(&record.trace_id)?;
+        fields.end()
+    }
 }
 
 /// Where an agent's chain stands: its newest record, and the newest record retention has pruned.
@@ -164,6 +178,38 @@ mod tests {
             verifier.check(record)?;
         }
         verifier.finish()
+    }
+
+    /// The hashed form is the compact JSON array of the fields, exactly: stored chains keep verifying
+    /// whatever serialises it.
+    #[test]
+    fn the_hash_covers_the_fields_as_one_json_array() {
+        let record = AuditRecord {
+            id: "0190-id".to_owned(),
+            agent_id: "bot".to_owned(),
+            occurred_at: crate::domain::time::Timestamp::from_micros(1_700_000_000_123_456),
+            kind: "mcp".to_owned(),
+            actor: "key:k1".to_owned(),
+            action: "resources/read".to_owned(),
+            target: "file:///a \"quoted\" \\ name\n\u{e9}\u{1f600}".to_owned(),
+            request_id: Some("req".to_owned()),
+            method: Some("resources/read".to_owned()),
+            outcome: Some("error".to_owned()),
+            error_code: Some(-32002),
+            bytes_out: Some(0),
+            latency_us: Some(17),
+            user_agent: Some("curl/8".to_owned()),
+            ..AuditRecord::default()
+        };
+        let fields = concat!(
+            r#"["0190-id","bot",7,1700000000123456,"mcp","key:k1","resources/read","#,
+            r#""file:///a \"quoted\" \\ name\né😀","#,
+            r#"null,null,"req",null,null,null,"resources/read","error",-32002,0,17,null,"curl/8",null]"#
+        );
+        let mut hasher = Sha256::new();
+        hasher.update(b"prev\n");
+        hasher.update(fields.as_bytes());
+        assert_eq!(chain_hash("prev", &record, 7), hex::encode(hasher.finalize()));
     }
 
     #[test]

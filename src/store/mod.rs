@@ -183,8 +183,9 @@ pub trait Store: Send + Sync + 'static {
     /// record of the page before.
     async fn list_audit(&self, filter: &AuditFilter, after: After<'_>, limit: u32) -> StoreResult<Vec<AuditRecord>>;
 
-    /// Appends records (of MCP requests) to their agents' hash chains in one transaction.
-    async fn append_audit(&self, records: Vec<AuditRecord>) -> StoreResult<()>;
+    /// Appends records (of MCP requests) to their agents' hash chains in one transaction. Fills in each
+    /// record's chain position and hashes; a failed call may leave them set, and a retry sets them again.
+    async fn append_audit(&self, records: &mut [AuditRecord]) -> StoreResult<()>;
     /// The heads of every agent's audit chain, or of `agent`'s, by agent id.
     async fn audit_heads(&self, agent: Option<&str>) -> StoreResult<Vec<crate::domain::audit::ChainHead>>;
     /// Deletes the oldest of `agent`'s audit records written before `before`, at most `max`, always a prefix

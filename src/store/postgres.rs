@@ -14,9 +14,10 @@ use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, Postgres, Transaction};
 
-use super::sql::{classify, classify_migration, impl_store};
+use super::sql::{audit_insert_columns, classify, classify_migration, impl_store};
 use super::{Quotas, StoreError, StoreResult};
 use crate::config::DatabaseConfig;
+use crate::domain::model::AuditRecord;
 use crate::events::postgres::REPLICA_TTL_SECS;
 use crate::events::{BusMessage, CHANNEL};
 
@@ -114,6 +115,57 @@ impl PgStore {
 
     fn error(error: sqlx::Error) -> StoreError {
         store_error(error)
+    }
+
+    /// Inserts chained audit rows in one statement whatever their number: each column is bound as one array
+    /// and `unnest` zips the arrays back into rows. Binary arrays are cheaper to encode and to parse than a
+    /// multi-row `values` list with a parameter per field.
+    async fn insert_audit_rows(tx: &mut Transaction<'static, Postgres>, records: &[AuditRecord]) -> StoreResult<()> {
+        fn column<'a, T>(records: &'a [AuditRecord], field: impl Fn(&'a AuditRecord) -> T) -> Vec<T> {
+            records.iter().map(field).collect()
+        }
+        sqlx::query(concat!(
+            "insert into audit (",
+            audit_insert_columns!(),
+            ") select audit_id, agent_id, occurred_at, kind, actor, action, target, before_digest, after_digest, \
+             request_id, key_id, key_prefix, session_id, method, outcome, error_code, bytes_out, latency_us, \
+             client_ip, user_agent, trace_id, chain_seq, prev_hash, hash, occurred_at, occurred_at \
+             from unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::text[], $6::text[], $7::text[], \
+             $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], \
+             $16::int4[], $17::int8[], $18::int8[], $19::text[], $20::text[], $21::text[], $22::int8[], \
+             $23::text[], $24::text[]) \
+             as row (audit_id, agent_id, occurred_at, kind, actor, action, target, before_digest, after_digest, \
+             request_id, key_id, key_prefix, session_id, method, outcome, error_code, bytes_out, latency_us, \
+             client_ip, user_agent, trace_id, chain_seq, prev_hash, hash)",
+        ))
+        .bind(column(records, |r| r.id.as_str()))
+        .bind(column(records, |r| r.agent_id.as_str()))
+        .bind(column(records, |r| r.occurred_at.as_micros()))
+        .bind(column(records, |r| r.kind.as_str()))
+        .bind(column(records, |r| r.actor.as_str()))
+        .bind(column(records, |r| r.action.as_str()))
+        .bind(column(records, |r| r.target.as_str()))
+        .bind(column(records, |r| r.before_digest.as_deref()))
+        .bind(column(records, |r| r.after_digest.as_deref()))
+        .bind(column(records, |r| r.request_id.as_deref()))
+        .bind(column(records, |r| r.key_id.as_deref()))
+        .bind(column(records, |r| r.key_prefix.as_deref()))
+        .bind(column(records, |r| r.session_id.as_deref()))
+        .bind(column(records, |r| r.method.as_deref()))
+        .bind(column(records, |r| r.outcome.as_deref()))
+        .bind(column(records, |r| r.error_code))
+        .bind(column(records, |r| r.bytes_out))
+        .bind(column(records, |r| r.latency_us))
+        .bind(column(records, |r| r.client_ip.as_deref()))
+        .bind(column(records, |r| r.user_agent.as_deref()))
+        .bind(column(records, |r| r.trace_id.as_deref()))
+        .bind(column(records, |r| r.chain_seq))
+        .bind(column(records, |r| r.prev_hash.as_deref()))
+        .bind(column(records, |r| r.hash.as_deref()))
+        .execute(&mut **tx)
+        .await
+        .map_err(Self::error)?;
+        Ok(())
     }
 }
 

@@ -209,10 +209,6 @@ macro_rules! prompt_columns {
     };
 }
 
-/// Audit rows one `insert` statement carries: 26 values each stays far below SQLite's 32,766 and PostgreSQL's
-/// 65,535 bound parameters.
-pub(super) const AUDIT_ROWS_PER_INSERT: usize = 500;
-
 pub(super) use {
     agent_columns, audit_columns, audit_insert_columns, key_columns, prompt_columns, resource_columns,
     resource_content_columns, template_columns,
@@ -228,6 +224,8 @@ pub(super) use {
 /// - `async fn commit(&self, tx, messages: Vec<BusMessage>) -> StoreResult<()>`: commits and makes sure the
 ///   messages reach every replica's bus exactly when the change is visible;
 /// - `async fn run_migrations(&self) -> StoreResult<()>`;
+/// - `async fn insert_audit_rows(tx, records: &[AuditRecord]) -> StoreResult<()>`: inserts chained audit rows
+///   (in the columns of `audit_insert_columns!`) the backend's fastest way;
 /// - `fn error(error: sqlx::Error) -> StoreError`.
 macro_rules! impl_store {
     ($store:ty, $db:ty, $backend:literal) => {
@@ -247,9 +245,8 @@ macro_rules! impl_store {
             };
             use $crate::store::sql::sessions::{PRUNE_BATCH, SessionRow};
             use $crate::store::sql::{
-                AUDIT_ROWS_PER_INSERT, Change, agent_columns, audit_columns, audit_insert_columns, key_columns,
-                merged_rate_limit, prefix_upper_bound, prompt_columns, resource_columns, resource_content_columns,
-                template_columns,
+                Change, agent_columns, audit_columns, key_columns, merged_rate_limit, prefix_upper_bound,
+                prompt_columns, resource_columns, resource_content_columns, template_columns,
             };
             use $crate::store::{After, BatchOutcome, Store, StoreError, StoreResult, Upserted};
 
@@ -354,54 +351,7 @@ macro_rules! impl_store {
                             .await
                             .map_err(Self::error)?;
                     }
-                    // Multi-row inserts: one statement per chunk instead of a round trip per record, which is
-                    // what lets the writer keep up with a busy replica.
-                    for chunk in records.chunks(AUDIT_ROWS_PER_INSERT) {
-                        let mut insert = sqlx::QueryBuilder::<$db>::new(concat!(
-                            "insert into audit (",
-                            audit_insert_columns!(),
-                            ") "
-                        ));
-                        insert.push_values(chunk, |mut row, record| {
-                            Self::bind_audit_row(&mut row, record);
-                        });
-                        insert.build().execute(&mut **tx).await.map_err(Self::error)?;
-                    }
-                    Ok(())
-                }
-
-                /// One audit row's values, in the order of `audit_insert_columns!`.
-                fn bind_audit_row(
-                    row: &mut sqlx::query_builder::Separated<'_, $db, &'static str>,
-                    record: &AuditRecord,
-                ) {
-                    let at = record.occurred_at.as_micros();
-                    row.push_bind(&record.id)
-                        .push_bind(&record.agent_id)
-                        .push_bind(at)
-                        .push_bind(&record.kind)
-                        .push_bind(&record.actor)
-                        .push_bind(&record.action)
-                        .push_bind(&record.target)
-                        .push_bind(&record.before_digest)
-                        .push_bind(&record.after_digest)
-                        .push_bind(&record.request_id)
-                        .push_bind(&record.key_id)
-                        .push_bind(&record.key_prefix)
-                        .push_bind(&record.session_id)
-                        .push_bind(&record.method)
-                        .push_bind(&record.outcome)
-                        .push_bind(record.error_code)
-                        .push_bind(record.bytes_out)
-                        .push_bind(record.latency_us)
-                        .push_bind(&record.client_ip)
-                        .push_bind(&record.user_agent)
-                        .push_bind(&record.trace_id)
-                        .push_bind(record.chain_seq)
-                        .push_bind(&record.prev_hash)
-                        .push_bind(&record.hash)
-                        .push_bind(at)
-                        .push_bind(at);
+                    Self::insert_audit_rows(tx, records).await
                 }
 
                 /// After resources changed in `tx`: refuses (rolling back) what takes `agent` or the gateway over

@@ -15,12 +15,13 @@ use std::time::Duration;
 use sqlx::error::DatabaseError;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, Transaction};
+use sqlx::{QueryBuilder, Sqlite, Transaction};
 use tokio::sync::Mutex;
 
-use super::sql::{classify, classify_migration, impl_store};
+use super::sql::{audit_insert_columns, classify, classify_migration, impl_store};
 use super::{Quotas, StoreError, StoreResult};
 use crate::config::DatabaseConfig;
+use crate::domain::model::AuditRecord;
 use crate::events::{BusMessage, LocalBus};
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -144,7 +145,50 @@ impl SqliteStore {
     fn error(error: sqlx::Error) -> StoreError {
         classify(error, is_unavailable)
     }
+
+    /// Inserts chained audit rows: multi-row inserts of [`AUDIT_ROWS_PER_INSERT`] rows, one statement per
+    /// chunk instead of a round trip per record.
+    async fn insert_audit_rows(tx: &mut Transaction<'static, Sqlite>, records: &[AuditRecord]) -> StoreResult<()> {
+        for chunk in records.chunks(AUDIT_ROWS_PER_INSERT) {
+            let mut insert = QueryBuilder::<Sqlite>::new(concat!("insert into audit (", audit_insert_columns!(), ") "));
+            insert.push_values(chunk, |mut row, record| {
+                let at = record.occurred_at.as_micros();
+                row.push_bind(&record.id)
+                    .push_bind(&record.agent_id)
+                    .push_bind(at)
+                    .push_bind(&record.kind)
+                    .push_bind(&record.actor)
+                    .push_bind(&record.action)
+                    .push_bind(&record.target)
+                    .push_bind(&record.before_digest)
+                    .push_bind(&record.after_digest)
+                    .push_bind(&record.request_id)
+                    .push_bind(&record.key_id)
+                    .push_bind(&record.key_prefix)
+                    .push_bind(&record.session_id)
+                    .push_bind(&record.method)
+                    .push_bind(&record.outcome)
+                    .push_bind(record.error_code)
+                    .push_bind(record.bytes_out)
+                    .push_bind(record.latency_us)
+                    .push_bind(&record.client_ip)
+                    .push_bind(&record.user_agent)
+                    .push_bind(&record.trace_id)
+                    .push_bind(record.chain_seq)
+                    .push_bind(&record.prev_hash)
+                    .push_bind(&record.hash)
+                    .push_bind(at)
+                    .push_bind(at);
+            });
+            insert.build().execute(&mut **tx).await.map_err(Self::error)?;
+        }
+        Ok(())
+    }
 }
+
+/// Audit rows one `insert` statement carries: 26 values each stays far below SQLite's 32,766 bound
+/// parameters.
+const AUDIT_ROWS_PER_INSERT: usize = 500;
 
 /// Busy or locked (another process holds the lock past the timeout), I/O failure, disk full, cannot open.
 fn is_unavailable(error: &dyn DatabaseError) -> bool {

@@ -408,7 +408,7 @@ async fn limits(store: &dyn Store) -> TestResult {
 /// A batch of MCP audit records larger than one insert statement, for two agents interleaved: every record is
 /// stored, and each agent's chain verifies from the first to the head.
 async fn large_audit_batches(store: &dyn Store) -> TestResult {
-    let records: Vec<AuditRecord> = (0..1_234)
+    let mut records: Vec<AuditRecord> = (0..1_234)
         .map(|n| AuditRecord {
             id: uuid::Uuid::now_v7().to_string(),
             agent_id: if n % 3 == 0 { "one" } else { "two" }.to_owned(),
@@ -422,8 +422,8 @@ async fn large_audit_batches(store: &dyn Store) -> TestResult {
             ..AuditRecord::default()
         })
         .collect();
-    store.append_audit(records[..600].to_vec()).await?;
-    store.append_audit(records[600..].to_vec()).await?;
+    store.append_audit(&mut records[..600]).await?;
+    store.append_audit(&mut records[600..]).await?;
     let heads = store.audit_heads(None).await?;
     assert_eq!(heads.iter().map(|h| (h.agent_id.as_str(), h.seq)).collect::<Vec<_>>(), [("one", 412), ("two", 822)]);
     for head in heads {

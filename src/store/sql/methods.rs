@@ -55,12 +55,12 @@ macro_rules! impl_store_methods {
                 .map(|rows| rows.into_iter().map(AuditRow::into_record).collect())
             }
 
-            async fn append_audit(&self, mut records: Vec<AuditRecord>) -> StoreResult<()> {
+            async fn append_audit(&self, records: &mut [AuditRecord]) -> StoreResult<()> {
                 if records.is_empty() {
                     return Ok(());
                 }
                 let mut tx = self.begin_write().await?;
-                Self::append_audit_in(&mut tx, &mut records).await?;
+                Self::append_audit_in(&mut tx, records).await?;
                 self.commit(tx, Vec::new()).await
             }
 
