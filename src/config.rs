@@ -251,7 +251,7 @@ impl Default for AuditConfig {
         Self {
             mcp_requests: true,
             queue_capacity: 65_536,
-            batch_size: 500,
+            batch_size: 5_000,
             flush_interval_ms: 200,
             retention_days: 90,
             agent_retention_days: std::collections::BTreeMap::new(),
