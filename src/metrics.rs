@@ -32,20 +32,39 @@ const TEXT_FORMAT: &str = "application/openmetrics-text; version=1.0.0; charset=
 pub struct HttpLabels {
     /// The matched route template, e.g. `/{agent_id}/mcp`; `unmatched` for 404s of unknown paths.
     pub route: String,
-    pub method: String,
+    /// The request method ([`method_label`]).
+    pub method: &'static str,
     pub status: u16,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpRouteLabels {
     pub route: String,
-    pub method: String,
+    pub method: &'static str,
+}
+
+/// A request method as a metric label: the methods of RFC 9110 and PATCH by name, any other `OTHER`, so that
+/// clients cannot create series at will.
+pub fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "OTHER",
+    }
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct McpLabels {
     /// A method of the MCP method table, `GET`/`DELETE` for the stream and session end, `batch`, or `other`.
-    pub method: String,
+    pub method: &'static str,
     /// `legacy` or `modern`.
     pub era: &'static str,
     /// `ok` or `error`.
@@ -54,7 +73,7 @@ pub struct McpLabels {
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct McpMethodLabels {
-    pub method: String,
+    pub method: &'static str,
     pub era: &'static str,
 }
 

@@ -69,18 +69,17 @@ impl RateLimitHeaders {
         if policies.is_empty() {
             return None;
         }
-        let policy = policies
-            .iter()
-            .map(|p| format!("\"{}\";q={};w={}", p.name, p.quota, p.window))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let current = format!("\"{}\";r={};t={}", current.name, current.remaining, seconds_up(current.reset));
+        use std::fmt::Write as _;
+        // Set on every answer: each field is written into one buffer, without a string per policy.
+        let mut policy = String::with_capacity(32 * policies.len());
+        for (index, p) in policies.iter().enumerate() {
+            let separator = if index == 0 { "" } else { ", " };
+            let _ = write!(policy, "{separator}\"{}\";q={};w={}", p.name, p.quota, p.window);
+        }
+        let mut field = String::with_capacity(32);
+        let _ = write!(field, "\"{}\";r={};t={}", current.name, current.remaining, seconds_up(current.reset));
         // Names are our own constants and the rest digits: always a valid header value.
-        Some(Self {
-            policy: HeaderValue::from_str(&policy).ok()?,
-            current: HeaderValue::from_str(&current).ok()?,
-            shared,
-        })
+        Some(Self { policy: HeaderValue::try_from(policy).ok()?, current: HeaderValue::try_from(field).ok()?, shared })
     }
 
     /// Sets the fields on an answer.

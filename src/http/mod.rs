@@ -143,7 +143,7 @@ async fn count_requests(
 ) -> Response {
     let started = std::time::Instant::now();
     let route = route.map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
-    let method = request.method().as_str().to_owned();
+    let method = crate::metrics::method_label(request.method());
     let response = next.run(request).await;
     let metrics = &state.metrics;
     let labels = HttpRouteLabels { route, method };

@@ -151,7 +151,7 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
     let error_code = response.extensions().get::<ErrorCode>().map(|code| code.0);
     let is_ok = error_code.is_none() && response.status().is_success();
     let elapsed = started.elapsed();
-    let labels = McpMethodLabels { method: trail.metric_method.to_owned(), era: trail.era };
+    let labels = McpMethodLabels { method: trail.metric_method, era: trail.era };
     state.metrics.mcp_duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
     let outcome = if is_ok { "ok" } else { "error" };
     let labels = McpLabels { method: labels.method, era: labels.era, outcome };

@@ -338,6 +338,11 @@ macro_rules! impl_store {
                         .map_err(Self::error)?;
                         let mut seq = last - count;
                         for record in records.iter_mut().filter(|record| &record.agent_id == agent) {
+                            // A batch holds thousands of records: hashing them all in one go would hold up
+                            // the requests waiting for this worker thread for milliseconds.
+                            if seq % 256 == 0 {
+                                tokio::task::yield_now().await;
+                            }
                             seq += 1;
                             record.chain_seq = Some(seq);
                             record.prev_hash = Some(hash.clone());
