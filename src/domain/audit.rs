@@ -16,11 +16,14 @@ pub const GENESIS: &str = "";
 
 /// `hex(SHA-256(prev || "\n" || fields))`, the fields serialised as one compact JSON array in a fixed order.
 pub fn chain_hash(prev: &str, record: &AuditRecord, seq: i64) -> String {
+    // Serialised into one buffer without building a JSON value first (the writer hashes every MCP request's
+    // record), then hashed in one call rather than a call per token. Strings, numbers and nulls always
+    // serialise, so the default is never taken.
+    let fields = serde_json::to_vec(&ChainFields { record, seq }).unwrap_or_default();
     let mut hasher = Sha256::new();
     hasher.update(prev.as_bytes());
     hasher.update(b"\n");
-    // Serialised straight into the hash: the writer hashes every MCP request's record.
-    serde_json::to_writer(&mut hasher, &ChainFields { record, seq }).expect("hashing cannot fail to write");
+    hasher.update(&fields);
     hex::encode(hasher.finalize())
 }
 
