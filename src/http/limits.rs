@@ -1,12 +1,14 @@
 //! Limits on the request itself, and the answers of the layers that cut a request short, in the format of
 //! the endpoint it was for: a JSON-RPC error on `/{agent_id}/mcp`, `application/problem+json` elsewhere.
 //!
-//! - [`request_head`]: the request target (`limits.max_uri_bytes`, 414) and the header fields
+//! - [`refuse_head`]: the request target (`limits.max_uri_bytes`, 414) and the header fields
 //!   (`limits.max_header_bytes`, 431), before anything else looks at the request. This is a check on the
 //!   parsed request: hyper's own caps still apply below it (a request head must fit hyper's read buffer of
 //!   about 400 KiB, with at most 100 header fields, and a target of at most 65534 bytes), and hyper answers a
 //!   request over those with a bare 431 or 414 before hivegate sees it.
-//! - [`deadline`]: `http.request_timeout_ms` (408) and a handler that panics (500).
+//! - [`within`]: `http.request_timeout_ms` (408) and a handler that panics (500).
+//!
+//! The first two run in the outermost layer of every request ([`super::frame`]), which also counts it.
 //! - [`nests_deeper_than`]: `limits.max_json_depth`, counted over a body's bytes before it is parsed, by
 //!   the MCP endpoint and the admin API's body extractor.
 //!
@@ -16,58 +18,50 @@ use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Request};
 use axum::http::HeaderMap;
 use axum::http::Uri;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::FutureExt;
 
+use crate::config::LimitsConfig;
 use crate::error::ApiError;
 use crate::mcp::error::McpError;
 use crate::metrics::Limit;
-use crate::state::AppState;
 
 /// The route whose errors are JSON-RPC errors.
 const MCP_ROUTE: &str = "/{agent_id}/mcp";
 
 /// Whether the request was routed to the MCP endpoint (its errors are JSON-RPC errors).
-fn is_mcp(route: Option<&MatchedPath>) -> bool {
+pub fn is_mcp(route: Option<&MatchedPath>) -> bool {
     route.is_some_and(|route| route.as_str() == MCP_ROUTE)
 }
 
 /// Refuses a request target longer than `limits.max_uri_bytes` (414) and header fields larger than
 /// `limits.max_header_bytes` together (431); the first before the second.
-pub async fn request_head(
-    State(state): State<AppState>,
-    route: Option<MatchedPath>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let limits = &state.config.limits;
-    let is_mcp = is_mcp(route.as_ref());
+pub fn refuse_head(limits: &LimitsConfig, is_mcp: bool, request: &Request) -> Option<Response> {
     let uri_bytes = uri_len(request.uri());
     if uri_bytes > limits.max_uri_bytes {
         let limit = limits.max_uri_bytes;
         if is_mcp {
-            return McpError::UriTooLong { limit }.into_http(None);
+            return Some(McpError::UriTooLong { limit }.into_http(None));
         }
         let detail =
             format!("the request URI is {uri_bytes} bytes; at most {limit} are allowed (limits.max_uri_bytes)");
-        return ApiError::limited(Limit::Uri, ApiError::UriTooLong(detail)).into_response();
+        return Some(ApiError::limited(Limit::Uri, ApiError::UriTooLong(detail)).into_response());
     }
     let header_bytes = header_len(request.headers());
     if header_bytes > limits.max_header_bytes {
         let limit = limits.max_header_bytes;
         if is_mcp {
-            return McpError::HeadersTooLarge { limit }.into_http(None);
+            return Some(McpError::HeadersTooLarge { limit }.into_http(None));
         }
         let detail = format!(
             "the header fields are {header_bytes} bytes; at most {limit} are allowed (limits.max_header_bytes)"
         );
-        return ApiError::limited(Limit::Header, ApiError::HeaderFieldsTooLarge(detail)).into_response();
+        return Some(ApiError::limited(Limit::Header, ApiError::HeaderFieldsTooLarge(detail)).into_response());
     }
-    next.run(request).await
+    None
 }
 
 /// The request target's bytes as the client sent them: the path and query, and the scheme and authority of
@@ -83,22 +77,11 @@ pub fn header_len(headers: &HeaderMap) -> usize {
     headers.iter().map(|(name, value)| name.as_str().len() + value.len() + ": \r\n".len()).sum()
 }
 
-/// Answers 408 when the handler has not answered within `http.request_timeout_ms`, and 500 when it panics;
-/// both in the endpoint's format. The time is the handler's until its answer starts: an SSE stream, answered
-/// at once, runs as long as it lasts. Dropping the handler's future on time-out cancels its work (a store
+/// `answer`, unless it takes longer than `limit` (`http.request_timeout_ms`: 408) or panics (500), both in
+/// the endpoint's format. The time is the handler's until its answer starts: an SSE stream, answered at
+/// once, runs as long as it lasts. Dropping the handler's future on time-out cancels its work (a store
 /// transaction that has not committed rolls back).
-pub async fn deadline(
-    State(state): State<AppState>,
-    route: Option<MatchedPath>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let limit = Duration::from_millis(state.config.http.request_timeout_ms);
-    within(limit, is_mcp(route.as_ref()), next.run(request)).await
-}
-
-/// `answer`, unless it takes longer than `limit` (408) or panics (500).
-async fn within(limit: Duration, is_mcp: bool, answer: impl Future<Output = Response>) -> Response {
+pub async fn within(limit: Duration, is_mcp: bool, answer: impl Future<Output = Response>) -> Response {
     let limit_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
     match tokio::time::timeout(limit, AssertUnwindSafe(answer).catch_unwind()).await {
         Ok(Ok(response)) => response,
@@ -169,6 +152,7 @@ fn string_end(bytes: &[u8], mut from: usize) -> usize {
 mod tests {
     use axum::Router;
     use axum::http::{HeaderValue, StatusCode};
+    use axum::middleware::Next;
     use axum::routing::get;
 
     use super::*;

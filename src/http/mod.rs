@@ -85,14 +85,9 @@ fn with_layers(routes: Router<AppState>, state: AppState) -> Router {
                 .layer(TraceLayer::new_for_http().make_span_with(request_span).on_response(record_status))
                 // … and that goes back to the client.
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-                // Every answer is counted, the refusals of the limits below included.
-                .layer(axum::middleware::from_fn_with_state(state.clone(), count_requests))
-                // The request target and header fields are checked before anything else looks at them.
-                .layer(axum::middleware::from_fn_with_state(state.clone(), limits::request_head))
-                // A request that takes longer than `http.request_timeout_ms` is cut off with 408 rather than
-                // holding resources, and a handler that panics is a 500 for that request, not a dead
-                // connection task; both answer in the endpoint's format.
-                .layer(axum::middleware::from_fn_with_state(state.clone(), limits::deadline))
+                // The request's frame: its target and header fields checked, its handler timed out or caught
+                // when it panics, its answer counted (see `frame`).
+                .layer(axum::middleware::from_fn_with_state(state.clone(), frame))
                 // Bodies are read by our own extractors, which turn this limit into a 413 in our format.
                 .layer(DefaultBodyLimit::max(max_body)),
         )
@@ -133,18 +128,31 @@ fn record_status<B>(response: &axum::http::Response<B>, latency: Duration, span:
     DefaultOnResponse::default().on_response(response, latency, span);
 }
 
-/// Counts every answer by route template, method and status, and times it; counts a limit's refusal (an
-/// answer marked [`Refused`]) by the limit.
-async fn count_requests(
+/// The outermost layer of our own, one layer rather than three since every request passes it:
+/// - the request target and header fields are checked before anything else looks at them
+///   ([`limits::refuse_head`]);
+/// - a request that takes longer than `http.request_timeout_ms` is cut off with 408 rather than holding
+///   resources, and a handler that panics is a 500 for that request, not a dead connection task; both answer
+///   in the endpoint's format ([`limits::within`]);
+/// - every answer, those refusals included, is counted by route template, method and status, and timed; a
+///   limit's refusal (an answer marked [`Refused`]) is counted by the limit.
+async fn frame(
     State(state): State<AppState>,
     route: Option<MatchedPath>,
     request: Request<axum::body::Body>,
     next: Next,
 ) -> Response {
     let started = std::time::Instant::now();
+    let is_mcp = limits::is_mcp(route.as_ref());
     let route = route.map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
     let method = crate::metrics::method_label(request.method());
-    let response = next.run(request).await;
+    let response = match limits::refuse_head(&state.config.limits, is_mcp, &request) {
+        Some(refusal) => refusal,
+        None => {
+            let limit = Duration::from_millis(state.config.http.request_timeout_ms);
+            limits::within(limit, is_mcp, next.run(request)).await
+        }
+    };
     let metrics = &state.metrics;
     let labels = HttpRouteLabels { route, method };
     metrics.http_duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
