@@ -167,7 +167,7 @@ pub async fn call(ctx: &Context<'_>, call: &Call) -> Result<Box<RawValue>, McpEr
     if let Some(costly) = costly {
         ctx.limit(costly)?;
     }
-    let params = call.params.clone();
+    let params = call.params.as_ref();
     let result = match method {
         Method::Discover => methods::run::<lifecycle::Discover>(ctx, params).await,
         Method::Initialize => methods::run::<lifecycle::Initialize>(ctx, params).await,

@@ -55,7 +55,7 @@ pub struct Listen {
 impl Listen {
     /// Parses the params; a malformed filter, or more URIs than `max_uris`, is -32602.
     pub fn parse(raw: Option<Value>, max_uris: u32) -> Result<Self, McpError> {
-        let parsed: ListenParams = params(raw)?;
+        let parsed: ListenParams = params(raw.as_ref())?;
         let filter = parsed.notifications.unwrap_or_default();
         // Tools are never served, so never honoured.
         let _ = filter.tools_list_changed;

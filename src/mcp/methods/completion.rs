@@ -28,7 +28,7 @@ pub struct Complete {
 impl McpMethod for Complete {
     type Output = CompleteResult;
 
-    fn parse(raw: Option<Value>) -> Result<Self, McpError> {
+    fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         Ok(Self { params: params(raw)? })
     }
 

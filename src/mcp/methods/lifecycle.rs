@@ -39,7 +39,7 @@ pub struct Discover;
 impl McpMethod for Discover {
     type Output = DiscoverResult;
 
-    fn parse(params: Option<Value>) -> Result<Self, McpError> {
+    fn parse(params: Option<&Value>) -> Result<Self, McpError> {
         match params {
             None | Some(Value::Object(_)) => Ok(Discover),
             Some(_) => Err(McpError::InvalidParams("params must be an object".to_owned())),
@@ -67,7 +67,7 @@ pub struct Initialize {
 impl McpMethod for Initialize {
     type Output = InitializeResult;
 
-    fn parse(raw: Option<Value>) -> Result<Self, McpError> {
+    fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         let parsed: InitializeRequestParams = params(raw)?;
         let requested = serde_json::to_value(&parsed.protocol_version)
             .ok()
@@ -94,7 +94,7 @@ pub struct Ping;
 impl McpMethod for Ping {
     type Output = EmptyObject;
 
-    fn parse(params: Option<Value>) -> Result<Self, McpError> {
+    fn parse(params: Option<&Value>) -> Result<Self, McpError> {
         match params {
             None | Some(Value::Object(_)) => Ok(Ping),
             Some(_) => Err(McpError::InvalidParams("params must be an object".to_owned())),
@@ -117,7 +117,7 @@ struct SetLevelParams {
 impl McpMethod for SetLevel {
     type Output = EmptyObject;
 
-    fn parse(raw: Option<Value>) -> Result<Self, McpError> {
+    fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         let parsed: SetLevelParams = params(raw)?;
         if !LOG_LEVELS.contains(&parsed.level.as_str()) {
             return Err(McpError::InvalidParams(format!("{:?} is not a log level", parsed.level)));
@@ -148,8 +148,8 @@ mod tests {
 
     #[test]
     fn set_level_checks_the_level() {
-        assert!(SetLevel::parse(Some(serde_json::json!({"level": "debug"}))).is_ok());
-        assert!(SetLevel::parse(Some(serde_json::json!({"level": "loud"}))).is_err());
+        assert!(SetLevel::parse(Some(&serde_json::json!({"level": "debug"}))).is_ok());
+        assert!(SetLevel::parse(Some(&serde_json::json!({"level": "loud"}))).is_err());
         assert!(SetLevel::parse(None).is_err());
     }
 }

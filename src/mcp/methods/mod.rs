@@ -26,13 +26,13 @@ pub mod subscribe;
 pub(crate) trait McpMethod: Sized {
     type Output: Serialize;
 
-    fn parse(params: Option<Value>) -> Result<Self, McpError>;
+    fn parse(params: Option<&Value>) -> Result<Self, McpError>;
 
     async fn apply(self, ctx: &Context<'_>) -> Result<Self::Output, McpError>;
 }
 
 /// Parses, applies and serialises one method call.
-pub(crate) async fn run<M: McpMethod>(ctx: &Context<'_>, params: Option<Value>) -> Result<Box<RawValue>, McpError> {
+pub(crate) async fn run<M: McpMethod>(ctx: &Context<'_>, params: Option<&Value>) -> Result<Box<RawValue>, McpError> {
     let output = M::parse(params)?.apply(ctx).await?;
     serde_json::value::to_raw_value(&output).map_err(|error| {
         tracing::error!(%error, "could not serialise a result");
@@ -41,7 +41,11 @@ pub(crate) async fn run<M: McpMethod>(ctx: &Context<'_>, params: Option<Value>) 
 }
 
 /// Deserialises params (absent params are `{}`) into `T`; a mismatch is -32602 naming the problem.
-pub(crate) fn params<T: DeserializeOwned>(params: Option<Value>) -> Result<T, McpError> {
-    let params = params.unwrap_or_else(|| Value::Object(Map::new()));
-    serde_json::from_value(params).map_err(|error| McpError::InvalidParams(error.to_string()))
+/// Reads them in place: the call keeps its params (no copy of the tree per call).
+pub(crate) fn params<T: DeserializeOwned>(params: Option<&Value>) -> Result<T, McpError> {
+    let parsed = match params {
+        Some(params) => T::deserialize(params),
+        None => T::deserialize(&Value::Object(Map::new())),
+    };
+    parsed.map_err(|error| McpError::InvalidParams(error.to_string()))
 }

@@ -30,7 +30,7 @@ pub struct ListPrompts {
 impl McpMethod for ListPrompts {
     type Output = Box<RawValue>;
 
-    fn parse(raw: Option<Value>) -> Result<Self, McpError> {
+    fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         Ok(Self { cursor: cursor(raw)? })
     }
 
@@ -104,7 +104,7 @@ pub struct GetPrompt {
 impl McpMethod for GetPrompt {
     type Output = GetPromptResult;
 
-    fn parse(raw: Option<Value>) -> Result<Self, McpError> {
+    fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         let parsed: GetPromptRequestParams = params(raw)?;
         let given = parsed.arguments.unwrap_or_default();
         if given.len() > MAX_ARGUMENTS {

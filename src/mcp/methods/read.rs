@@ -48,7 +48,7 @@ pub struct ReadResource {
 impl McpMethod for ReadResource {
     type Output = ReadResult;
 
-    fn parse(raw: Option<Value>) -> Result<Self, McpError> {
+    fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         let parsed: ReadResourceRequestParams = params(raw)?;
         // Longer than any resource URI may be: invalid params, rather than a not-found echoing it back.
         ResourceUri::check_length(&parsed.uri).map_err(|error| McpError::InvalidParams(error.0))?;

@@ -91,7 +91,7 @@ where
 }
 
 /// The cursor of a list request (`_meta` and unknown fields are ignored).
-pub(crate) fn cursor(raw: Option<Value>) -> Result<Option<String>, McpError> {
+pub(crate) fn cursor(raw: Option<&Value>) -> Result<Option<String>, McpError> {
     let parsed: PaginatedRequestParams = params(raw)?;
     Ok(parsed.cursor)
 }
@@ -104,7 +104,7 @@ pub struct ListResources {
 impl McpMethod for ListResources {
     type Output = Box<RawValue>;
 
-    fn parse(raw: Option<Value>) -> Result<Self, McpError> {
+    fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         Ok(Self { cursor: cursor(raw)? })
     }
 
@@ -127,7 +127,7 @@ pub struct ListTemplates {
 impl McpMethod for ListTemplates {
     type Output = Box<RawValue>;
 
-    fn parse(raw: Option<Value>) -> Result<Self, McpError> {
+    fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         Ok(Self { cursor: cursor(raw)? })
     }
 

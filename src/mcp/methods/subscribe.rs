@@ -30,7 +30,7 @@ pub struct Subscribe {
 impl McpMethod for Subscribe {
     type Output = EmptyObject;
 
-    fn parse(raw: Option<Value>) -> Result<Self, McpError> {
+    fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         let parsed: UriParams = params(raw)?;
         let uri = ResourceUri::parse(&parsed.uri).map_err(|error| McpError::InvalidParams(error.0))?;
         Ok(Self { uri })
@@ -60,7 +60,7 @@ pub struct Unsubscribe {
 impl McpMethod for Unsubscribe {
     type Output = EmptyObject;
 
-    fn parse(raw: Option<Value>) -> Result<Self, McpError> {
+    fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         let parsed: UriParams = params(raw)?;
         // Any other string may be unsubscribed (it is simply not subscribed), but not one longer than a URI.
         ResourceUri::check_length(&parsed.uri).map_err(|error| McpError::InvalidParams(error.0))?;
@@ -82,12 +82,12 @@ mod tests {
 
     #[test]
     fn params_are_checked() {
-        assert!(Subscribe::parse(Some(json!({"uri": "test://watched-resource"}))).is_ok());
-        assert!(matches!(Subscribe::parse(Some(json!({"uri": "no scheme"}))), Err(McpError::InvalidParams(_))));
+        assert!(Subscribe::parse(Some(&json!({"uri": "test://watched-resource"}))).is_ok());
+        assert!(matches!(Subscribe::parse(Some(&json!({"uri": "no scheme"}))), Err(McpError::InvalidParams(_))));
         assert!(matches!(Subscribe::parse(None), Err(McpError::InvalidParams(_))));
-        assert!(Unsubscribe::parse(Some(json!({"uri": "anything at all"}))).is_ok());
+        assert!(Unsubscribe::parse(Some(&json!({"uri": "anything at all"}))).is_ok());
         let too_long = format!("test://{}", "a".repeat(2048));
-        assert!(matches!(Subscribe::parse(Some(json!({"uri": too_long}))), Err(McpError::InvalidParams(_))));
-        assert!(matches!(Unsubscribe::parse(Some(json!({"uri": too_long}))), Err(McpError::InvalidParams(_))));
+        assert!(matches!(Subscribe::parse(Some(&json!({"uri": too_long}))), Err(McpError::InvalidParams(_))));
+        assert!(matches!(Unsubscribe::parse(Some(&json!({"uri": too_long}))), Err(McpError::InvalidParams(_))));
     }
 }
