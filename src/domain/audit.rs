@@ -24,7 +24,7 @@ pub fn chain_hash(prev: &str, record: &AuditRecord, seq: i64) -> String {
     hasher.update(prev.as_bytes());
     hasher.update(b"\n");
     hasher.update(&fields);
-    hex::encode(hasher.finalize())
+    crate::domain::hex(hasher.finalize())
 }
 
 /// The hashed fields of a record at position `seq`, serialised as a JSON array.

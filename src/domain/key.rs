@@ -62,7 +62,7 @@ pub struct KeyDigest([u8; 32]);
 
 impl KeyDigest {
     pub fn to_hex(self) -> String {
-        hex::encode(self.0)
+        crate::domain::hex(self.0)
     }
 
     pub fn from_hex(value: &str) -> Option<Self> {

@@ -22,5 +22,24 @@ pub mod time;
 pub mod uri_template;
 
 pub use id::{AgentId, PromptName, ResourceUri};
+
+/// Lower-case hex of `bytes`. Digests are written as hex on every request (session and audit chain digests),
+/// and `hex::encode` builds its string a `char` at a time; this encodes into one buffer.
+pub fn hex(bytes: impl AsRef<[u8]>) -> String {
+    let bytes = bytes.as_ref();
+    let mut text = vec![0u8; bytes.len() * 2];
+    // The buffer is exactly twice the input's length, and hex digits are ASCII: neither step can fail.
+    let _ = hex::encode_to_slice(bytes, &mut text);
+    String::from_utf8(text).unwrap_or_default()
+}
 pub use key::{ApiKey, KeyDigest, KeyHasher, Scope};
 pub use uri_template::UriTemplate;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn hex_is_lower_case_and_two_digits_a_byte() {
+        assert_eq!(super::hex([0x00, 0x0f, 0xa0, 0xff]), "000fa0ff");
+        assert_eq!(super::hex([]), "");
+    }
+}

@@ -39,7 +39,7 @@ impl SessionToken {
 
     /// What the database keys the session by.
     pub fn digest(&self) -> SessionDigest {
-        SessionDigest(hex::encode(Sha256::digest(self.0.as_bytes())))
+        SessionDigest(crate::domain::hex(Sha256::digest(self.0.as_bytes())))
     }
 }
 

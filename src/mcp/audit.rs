@@ -58,7 +58,7 @@ impl Trail {
             .and_then(SessionToken::parse)
             .map(|token| token.digest().as_str().to_owned());
         Self {
-            agent_id: admitted.agent.id.to_string(),
+            agent_id: admitted.agent.id.as_str().to_owned(),
             key_id: admitted.key.id.clone(),
             key_prefix: admitted.key.prefix.clone(),
             session,

@@ -292,7 +292,7 @@ pub(super) fn record_digest<T: Serialize>(record: &T, content: Option<&Content>)
         Some(Content::Blob(bytes)) => hasher.update(bytes),
         None => {}
     }
-    hex::encode(hasher.finalize())
+    crate::domain::hex(hasher.finalize())
 }
 
 #[derive(sqlx::FromRow)]

@@ -83,7 +83,7 @@ impl TraceParent {
 
     /// The trace id, as 32 lower-case hex digits (the audit record's `traceId`).
     pub fn trace_id_hex(&self) -> String {
-        hex::encode(self.trace_id)
+        crate::domain::hex(self.trace_id)
     }
 
     pub fn trace_id(&self) -> [u8; 16] {
