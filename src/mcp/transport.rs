@@ -78,7 +78,9 @@ pub async fn post(
     }
     match jsonrpc::parse(&bytes) {
         Ok(Body::Single(message)) => {
-            let is_modern = message.as_ref().is_ok_and(|m| era::detect(headers, m).is_ok_and(|era| era.is_modern()));
+            // The era is detected once, here: the trail and span need it, and `single` checks it.
+            let detected = message.as_ref().ok().map(|m| era::detect(headers, m));
+            let is_modern = matches!(&detected, Some(Ok(era)) if era.is_modern());
             let era_name = if is_modern { "modern" } else { "legacy" };
             let (trail, span) = match &message {
                 Ok(Message::Request(call) | Message::Notification(call)) => {
@@ -89,7 +91,7 @@ pub async fn post(
                 Ok(Message::Response) | Err(_) => (unparsed(&admitted), tracing::Span::none()),
             };
             let trail = trail.modern(is_modern);
-            trail.attach(single(&state, admitted, headers, message).instrument(span).await)
+            trail.attach(single(&state, admitted, headers, message, detected).instrument(span).await)
         }
         Ok(Body::Batch(messages)) => {
             span::record_method("batch", "legacy");
@@ -186,12 +188,13 @@ async fn single(
     admitted: Admitted,
     headers: &HeaderMap,
     message: Result<Message, Malformed>,
+    detected: Option<Result<Era, McpError>>,
 ) -> Response {
     let message = match message {
         Ok(message) => message,
         Err(Malformed { id, error }) => return error.into_http(id.as_ref()),
     };
-    let era = match era::detect(headers, &message) {
+    let era = match detected.unwrap_or_else(|| era::detect(headers, &message)) {
         Ok(era) => era,
         Err(error) => return error.into_http(message.id()),
     };
