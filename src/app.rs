@@ -202,7 +202,15 @@ impl Application {
         let router = crate::http::router(self.state.clone());
         let public = async {
             match self.listener {
-                PublicListener::Plain(listener) => serve(listener, router, stopped(stopping.clone())).await,
+                PublicListener::Plain(listener) => {
+                    // Small answers go out at once instead of waiting on Nagle's algorithm for an ACK.
+                    let listener = listener.tap_io(|tcp| {
+                        if let Err(error) = tcp.set_nodelay(true) {
+                            tracing::debug!(%error, "could not set TCP_NODELAY");
+                        }
+                    });
+                    serve(listener, router, stopped(stopping.clone())).await
+                }
                 PublicListener::Tls(listener) => serve(listener, router, stopped(stopping.clone())).await,
             }
         };

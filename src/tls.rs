@@ -207,6 +207,10 @@ async fn accept(
             },
             () = ready.closed() => return,
         };
+        // As on the plain listener: small answers go out at once, not after Nagle's wait for an ACK.
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
+        }
         let (acceptor, ready) = (acceptor.clone(), ready.clone());
         tokio::spawn(async move {
             let handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(stream));
