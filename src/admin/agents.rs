@@ -218,7 +218,7 @@ pub async fn list(
 ) -> Result<Json<Page<Agent>>, ApiError> {
     let after = page.after(&state.cursors, ListKind::Agents, "")?;
     let rows = state.store.list_agents(after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Agents, "", |a| a.id.as_str())))
+    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Agents, "", |a| a.id.to_string())))
 }
 
 /// Read an agent.

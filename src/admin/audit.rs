@@ -12,10 +12,10 @@ use super::access::OperatorAccess;
 use super::extract::QueryParams;
 use super::page::{Page, PageQuery};
 use crate::domain::AgentId;
-use crate::domain::model::{AuditFilter, AuditRecord};
+use crate::domain::model::{AuditFilter, AuditPosition, AuditRecord};
 use crate::domain::time::Timestamp;
 use crate::error::{ApiError, Problem};
-use crate::registry::cursor::ListKind;
+use crate::registry::cursor::{InvalidCursor, ListKind};
 use crate::state::AppState;
 use crate::store::StoreError;
 
@@ -75,9 +75,15 @@ pub async fn list(
     let filter = filter(&params)?;
     let page = PageQuery::from_params(&params)?;
     let scope = filter.agent.as_ref().map(AgentId::as_str).unwrap_or("");
-    let after = page.after(&state.cursors, ListKind::Audit, scope)?;
-    let rows = state.store.list_audit(&filter, after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Audit, scope, |record| record.id.as_str())))
+    let after = match page.after(&state.cursors, ListKind::Audit, scope)? {
+        // A cursor is authenticated, so a key that is not a position was issued before cursors carried one.
+        Some(key) => Some(AuditPosition::from_key(&key).ok_or(InvalidCursor)?),
+        None => None,
+    };
+    let rows = state.store.list_audit(&filter, after.as_ref(), page.fetch_limit()).await?;
+    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Audit, scope, |record| {
+        AuditPosition::of(record).to_key()
+    })))
 }
 
 /// Records per database query while exporting.
@@ -100,14 +106,14 @@ pub async fn export(
 ) -> Result<Response, ApiError> {
     let filter = filter(&params)?;
     // Streamed page by page (keyset on the last record sent), so an export of any size holds one page.
-    let pages = futures::stream::try_unfold(Some(None::<String>), move |after| {
+    let pages = futures::stream::try_unfold(Some(None::<AuditPosition>), move |after| {
         let (state, filter) = (state.clone(), filter.clone());
         async move {
             let Some(after) = after else { return Ok(None) };
-            let rows = state.store.list_audit(&filter, after.as_deref(), EXPORT_PAGE).await?;
+            let rows = state.store.list_audit(&filter, after.as_ref(), EXPORT_PAGE).await?;
             // The next state: after the last record of a full page; done after a short one.
             let next = match rows.last() {
-                Some(last) if rows.len() == EXPORT_PAGE as usize => Some(Some(last.id.clone())),
+                Some(last) if rows.len() == EXPORT_PAGE as usize => Some(Some(AuditPosition::of(last))),
                 _ => None,
             };
             let mut lines = Vec::new();

@@ -172,7 +172,7 @@ pub async fn list(
     let agent = &access.agent.id;
     let after = page.after(&state.cursors, ListKind::Keys, agent.as_str())?;
     let rows = state.store.list_keys(agent, after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Keys, agent.as_str(), |k| &k.id)))
+    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Keys, agent.as_str(), |k| k.id.clone())))
 }
 
 /// Change a key's name or own rate limit (JSON merge-patch); applies from its next request on every replica.

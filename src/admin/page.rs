@@ -79,12 +79,12 @@ impl<T> Page<T> {
         codec: &CursorCodec,
         kind: ListKind,
         agent: &str,
-        sort_key: impl Fn(&T) -> &str,
+        sort_key: impl Fn(&T) -> String,
     ) -> Self {
         let limit = query.limit as usize;
         let next_cursor = if rows.len() > limit {
             rows.truncate(limit);
-            rows.last().map(|last| codec.encode(kind, agent, sort_key(last)))
+            rows.last().map(|last| codec.encode(kind, agent, &sort_key(last)))
         } else {
             None
         };
@@ -118,11 +118,11 @@ mod tests {
     fn pages_carry_a_cursor_only_when_more_follow() {
         let codec = CursorCodec::new([1; 32]);
         let q = query(&[("limit", "2")]).expect("valid");
-        let page = Page::from_rows(vec!["a", "b", "c"], &q, &codec, ListKind::Prompts, "bot", |s| s);
+        let page = Page::from_rows(vec!["a", "b", "c"], &q, &codec, ListKind::Prompts, "bot", |s| s.to_string());
         assert_eq!(page.items, ["a", "b"]);
         let cursor = page.next_cursor.expect("more follow");
         assert_eq!(codec.decode(ListKind::Prompts, "bot", &cursor), Ok(Some("b".to_owned())));
-        let last = Page::from_rows(vec!["c"], &q, &codec, ListKind::Prompts, "bot", |s| s);
+        let last = Page::from_rows(vec!["c"], &q, &codec, ListKind::Prompts, "bot", |s| s.to_string());
         assert_eq!(last.next_cursor, None);
         let json = serde_json::to_value(&last).expect("serialises");
         assert_eq!(json, serde_json::json!({"items": ["c"]}));

@@ -99,7 +99,7 @@ pub async fn list(
     let agent = access.agent.as_str();
     let after = page.after(&state.cursors, ListKind::Prompts, agent)?;
     let rows = state.store.list_prompts(&access.agent, after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Prompts, agent, |p| p.name.as_str())))
+    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Prompts, agent, |p| p.name.to_string())))
 }
 
 /// Read a prompt.

@@ -159,7 +159,7 @@ pub async fn list(
     let agent = access.agent.as_str();
     let after = page.after(&state.cursors, ListKind::Resources, agent)?;
     let rows = state.store.list_resources(&access.agent, after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Resources, agent, |r| r.uri.as_str())))
+    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Resources, agent, |r| r.uri.to_string())))
 }
 
 /// Read a resource with its content.

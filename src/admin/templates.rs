@@ -108,7 +108,7 @@ pub async fn list(
     let agent = access.agent.as_str();
     let after = page.after(&state.cursors, ListKind::Templates, agent)?;
     let rows = state.store.list_templates(&access.agent, after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Templates, agent, |t| &t.uri_template)))
+    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Templates, agent, |t| t.uri_template.clone())))
 }
 
 /// Delete a resource template.

@@ -350,3 +350,48 @@ pub struct AuditRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hash: Option<String>,
 }
+
+/// A place in the audit log's order (time desc, id desc): where a page resumes, after the record there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditPosition {
+    pub occurred_at: Timestamp,
+    pub id: String,
+}
+
+impl AuditPosition {
+    /// The position of `record`.
+    pub fn of(record: &AuditRecord) -> Self {
+        Self { occurred_at: record.occurred_at, id: record.id.clone() }
+    }
+
+    /// As a cursor carries it: `<occurred_at in microseconds>:<id>`.
+    pub fn to_key(&self) -> String {
+        format!("{}:{}", self.occurred_at.as_micros(), self.id)
+    }
+
+    /// The position a cursor's key names; `None` for anything [`Self::to_key`] cannot have written.
+    pub fn from_key(key: &str) -> Option<Self> {
+        let (micros, id) = key.split_once(':')?;
+        let micros = micros.parse().ok()?;
+        (!id.is_empty()).then(|| Self { occurred_at: Timestamp::from_micros(micros), id: id.to_owned() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audit_positions_round_trip_through_cursor_keys() {
+        let position = AuditPosition {
+            occurred_at: Timestamp::from_micros(1_700_000_000_123_456),
+            id: "019a1b2c-3d4e-7f00-8123-456789abcdef".to_owned(),
+        };
+        assert_eq!(position.to_key(), "1700000000123456:019a1b2c-3d4e-7f00-8123-456789abcdef");
+        assert_eq!(AuditPosition::from_key(&position.to_key()), Some(position));
+        // An id alone (what cursors carried before), or anything malformed, is no position.
+        for key in ["019a1b2c-3d4e-7f00-8123-456789abcdef", "", ":", "12:", "x:id", "1.5:id"] {
+            assert_eq!(AuditPosition::from_key(key), None, "{key}");
+        }
+    }
+}

@@ -7,8 +7,8 @@
 use async_trait::async_trait;
 
 use crate::domain::model::{
-    Actor, Agent, AgentPatch, AuditFilter, AuditRecord, ChangeEvent, Content, KeyPatch, KeyRecord, NewAgent, NewKey,
-    NewPrompt, NewResource, NewResourceTemplate, Prompt, Resource, ResourceTemplate,
+    Actor, Agent, AgentPatch, AuditFilter, AuditPosition, AuditRecord, ChangeEvent, Content, KeyPatch, KeyRecord,
+    NewAgent, NewKey, NewPrompt, NewResource, NewResourceTemplate, Prompt, Resource, ResourceTemplate,
 };
 use crate::domain::session::{Pruned, Session, SessionDigest};
 use crate::domain::time::Timestamp;
@@ -179,9 +179,14 @@ pub trait Store: Send + Sync + 'static {
     async fn get_prompt(&self, agent: &AgentId, name: &PromptName) -> StoreResult<Option<Prompt>>;
     async fn delete_prompt(&self, agent: &AgentId, name: &PromptName, actor: &Actor) -> StoreResult<()>;
 
-    /// Audit records matching `filter`, newest first (time desc, id desc); `after` is the id of the last
-    /// record of the page before.
-    async fn list_audit(&self, filter: &AuditFilter, after: After<'_>, limit: u32) -> StoreResult<Vec<AuditRecord>>;
+    /// Audit records matching `filter`, newest first (time desc, id desc); `after` is the position of the
+    /// last record of the page before.
+    async fn list_audit(
+        &self,
+        filter: &AuditFilter,
+        after: Option<&AuditPosition>,
+        limit: u32,
+    ) -> StoreResult<Vec<AuditRecord>>;
 
     /// Appends records (of MCP requests) to their agents' hash chains in one transaction. Fills in each
     /// record's chain position and hashes; a failed call may leave them set, and a retry sets them again.

@@ -232,8 +232,9 @@ macro_rules! impl_store {
         const _: () = {
             use $crate::domain::audit::ChainHead;
             use $crate::domain::model::{
-                Actor, Agent, AgentPatch, AuditFilter, AuditRecord, ChangeEvent, Content, KeyPatch, KeyRecord,
-                NewAgent, NewKey, NewPrompt, NewResource, NewResourceTemplate, Prompt, Resource, ResourceTemplate,
+                Actor, Agent, AgentPatch, AuditFilter, AuditPosition, AuditRecord, ChangeEvent, Content, KeyPatch,
+                KeyRecord, NewAgent, NewKey, NewPrompt, NewResource, NewResourceTemplate, Prompt, Resource,
+                ResourceTemplate,
             };
             use $crate::domain::session::{Pruned, Session, SessionDigest};
             use $crate::domain::time::Timestamp;

@@ -4,11 +4,12 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    Api, Backend, TempDir, TestApp, eventually, expect_json, run_hivegate, spawn_app, spawn_app_with,
+    Api, Backend, TempDir, TestApp, eventually, expect_json, expect_problem, list_pages_with, run_hivegate, spawn_app,
+    spawn_app_with,
 };
 use crate::mcp_client::{Mcp, agent_with_key};
 
-both!(mcp_requests_are_audited, the_chain_verifies_and_tampering_is_detected, export_and_retention);
+both!(mcp_requests_are_audited, the_chain_verifies_and_tampering_is_detected, export_and_retention, audit_pages);
 
 /// The audit records of `agent` for `method` (an MCP method or an admin action), newest first.
 async fn records(app: &TestApp, agent: &str, method: &str) -> Vec<Value> {
@@ -197,4 +198,65 @@ async fn export_and_retention(backend: Backend) {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(output.status.success(), "{stdout}");
     assert!(stdout.contains("ok      bot: 3 records"), "{stdout}");
+}
+
+/// The listing pages in its order (time desc, id desc) with cursors that carry the position, also through
+/// records of the same time, and across agents; a cursor of one agent's listing is refused for another's.
+async fn audit_pages(backend: Backend) {
+    let app = spawn_app(backend).await;
+    agent_with_key(&app, "bot").await;
+    agent_with_key(&app, "other").await;
+    for i in 0..5 {
+        app.put_text("bot", &format!("test://{i}"), "x").await;
+    }
+    // bot: agent.create, key.create and five resource.put; other: agent.create and key.create. Four of bot's
+    // records get one time, so that only the id orders them.
+    app.db
+        .execute("update audit set occurred_at = 1700000000000000 where agent_id = 'bot' and chain_seq between 2 and 5")
+        .await;
+    let everything = |agent: Option<&'static str>| {
+        let app = &app;
+        async move {
+            let mut query = vec![("limit", "1000".to_owned())];
+            query.extend(agent.map(|agent| ("agent", agent.to_owned())));
+            let response = app.op(Method::GET, "/admin/v1/audit").query(&query).send().await.unwrap();
+            expect_json(response, StatusCode::OK).await["items"].as_array().cloned().unwrap_or_default()
+        }
+    };
+    for agent in [Some("bot"), None] {
+        let all = everything(agent).await;
+        assert_eq!(all.len(), if agent.is_some() { 7 } else { 9 });
+        let keys: Vec<(String, String)> = all
+            .iter()
+            .map(|record| {
+                (record["occurredAt"].as_str().unwrap().to_owned(), record["id"].as_str().unwrap().to_owned())
+            })
+            .collect();
+        // Times at the API's millisecond precision never increase; the four of one time come by id, desc.
+        assert!(keys.windows(2).all(|pair| pair[0].0 >= pair[1].0), "not newest first: {keys:?}");
+        let tied: Vec<&String> =
+            keys.iter().filter(|(time, _)| time == "2023-11-14T22:13:20.000Z").map(|(_, id)| id).collect();
+        assert_eq!(tied.len(), 4, "{keys:?}");
+        assert!(tied.windows(2).all(|pair| pair[0] > pair[1]), "ties not by id desc: {keys:?}");
+        for limit in [1, 2, 3] {
+            let pages = list_pages_with(
+                |cursor| {
+                    let mut query = vec![("limit", limit.to_string())];
+                    query.extend(agent.map(|agent| ("agent", agent.to_owned())));
+                    query.extend(cursor.map(|cursor| ("cursor", cursor)));
+                    app.op(Method::GET, "/admin/v1/audit").query(&query)
+                },
+                Some(limit),
+            )
+            .await;
+            let paged: Vec<Value> = pages.into_iter().flatten().collect();
+            assert_eq!(paged, all, "pages of {limit} for {agent:?}");
+        }
+    }
+    // A cursor is bound to the listing it came from.
+    let response = app.op(Method::GET, "/admin/v1/audit").query(&[("agent", "bot"), ("limit", "1")]).send().await;
+    let cursor = expect_json(response.unwrap(), StatusCode::OK).await["nextCursor"].as_str().unwrap().to_owned();
+    let query = [("agent", "other"), ("cursor", cursor.as_str())];
+    let response = app.op(Method::GET, "/admin/v1/audit").query(&query).send().await.unwrap();
+    expect_problem(response, StatusCode::BAD_REQUEST).await;
 }

@@ -27,10 +27,11 @@ macro_rules! impl_store_methods {
             async fn list_audit(
                 &self,
                 filter: &AuditFilter,
-                after: After<'_>,
+                after: Option<&AuditPosition>,
                 limit: u32,
             ) -> StoreResult<Vec<AuditRecord>> {
-                // Keyset pagination on (occurred_at, audit_id), newest first; each filter is off when null.
+                // Keyset pagination on (occurred_at, audit_id), newest first, from the position the cursor
+                // carries (so no lookup by id is needed); each filter is off when null.
                 sqlx::query_as::<$db, AuditRow>(concat!(
                     "select ",
                     audit_columns!(),
@@ -39,15 +40,15 @@ macro_rules! impl_store_methods {
                      and ($2 is null or occurred_at >= $2) \
                      and ($3 is null or occurred_at < $3) \
                      and ($4 is null or coalesce(method, action) = $4) \
-                     and ($5 is null or (occurred_at, audit_id) < \
-                          (select occurred_at, audit_id from audit where audit_id = $5)) \
-                     order by occurred_at desc, audit_id desc limit $6",
+                     and ($5 is null or (occurred_at, audit_id) < ($5, $6)) \
+                     order by occurred_at desc, audit_id desc limit $7",
                 ))
                 .bind(filter.agent.as_ref().map(AgentId::as_str))
                 .bind(filter.since.map(Timestamp::as_micros))
                 .bind(filter.until.map(Timestamp::as_micros))
                 .bind(filter.method.as_deref())
-                .bind(after)
+                .bind(after.map(|after| after.occurred_at.as_micros()))
+                .bind(after.map(|after| after.id.as_str()))
                 .bind(i64::from(limit))
                 .fetch_all(self.reader())
                 .await
