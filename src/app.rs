@@ -76,7 +76,12 @@ impl Application {
 
         let keys = Arc::new(KeyCache::new(store.clone(), hasher.clone()));
         bus.add_hook(keys.clone());
-        let registry = Arc::new(RegistryCache::new(store.clone()).counting_lookups_in(metrics.cache_lookups.clone()));
+        let registry = RegistryCache::with_limits(
+            store.clone(),
+            usize::try_from(config.cache.max_bytes).unwrap_or(usize::MAX),
+            usize::try_from(config.cache.max_content_bytes).unwrap_or(usize::MAX),
+        );
+        let registry = Arc::new(registry.counting_lookups_in(metrics.cache_lookups.clone()));
         bus.add_hook(registry.clone());
         let sessions = Arc::new(Sessions::new(store.clone(), Duration::from_secs(config.sessions.idle_timeout_secs)));
         bus.add_hook(sessions.clone());

@@ -34,6 +34,7 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub mcp: McpConfig,
     pub events: EventsConfig,
+    pub cache: CacheConfig,
     pub sessions: SessionsConfig,
     pub streams: StreamsConfig,
     pub audit: AuditConfig,
@@ -55,6 +56,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             mcp: McpConfig::default(),
             events: EventsConfig::default(),
+            cache: CacheConfig::default(),
             sessions: SessionsConfig::default(),
             audit: AuditConfig::default(),
             streams: StreamsConfig::default(),
@@ -286,6 +288,28 @@ pub struct EventsConfig {
 impl Default for EventsConfig {
     fn default() -> Self {
         Self { retention_secs: 24 * 60 * 60, retention_count: 10_000, prune_interval_ms: 60_000 }
+    }
+}
+
+/// The registry cache: each agent's list pages, resource contents, prompts and templates, kept in memory so
+/// that requests do not go to the database. Its memory is bounded by `max_bytes`, whatever the registries'
+/// size; what does not fit is read from the database.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Estimated bytes the cache may hold across all agents (0: nothing is cached). A value larger than an
+    /// eighth of this is never cached; when full, whole agents' registries are dropped until half is free.
+    pub max_bytes: u64,
+    /// Resource contents larger than this are always read from the database.
+    pub max_content_bytes: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            max_bytes: crate::registry::cache::DEFAULT_MAX_BYTES as u64,
+            max_content_bytes: crate::registry::cache::DEFAULT_MAX_CONTENT_BYTES as u64,
+        }
     }
 }
 
@@ -666,6 +690,17 @@ impl Config {
             ("tls.reload_interval_ms", self.tls.reload_interval_ms, 24 * 60 * 60 * 1000),
             ("tls.handshake_timeout_ms", self.tls.handshake_timeout_ms, 10 * 60 * 1000),
         ];
+        // Kept far from what a `usize` of this machine can count.
+        for (key, value) in
+            [("cache.max_bytes", self.cache.max_bytes), ("cache.max_content_bytes", self.cache.max_content_bytes)]
+        {
+            if value > u64::from(u32::MAX) << 8 {
+                return Err(ConfigError::Invalid {
+                    key,
+                    message: format!("must be at most {}", u64::from(u32::MAX) << 8),
+                });
+            }
+        }
         for (key, value, max) in bounded {
             if value > max {
                 return Err(ConfigError::Invalid { key, message: format!("must be at most {max}") });
@@ -815,6 +850,25 @@ mod tests {
             jail.set_env("HIVEGATE_RATE_LIMITS__TRUSTED_PROXIES", r#"["not a network"]"#);
             let error = Config::load(None).expect_err("a malformed network is refused");
             assert!(error.to_string().to_lowercase().contains("trusted_proxies"), "{error}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)]
+    fn the_cache_budget_comes_from_the_environment() {
+        figment::Jail::expect_with(|jail| {
+            assert_eq!(Config::load(None).map_err(|e| e.to_string())?.cache.max_bytes, 64 * 1024 * 1024);
+            jail.set_env("HIVEGATE_CACHE__MAX_BYTES", "536870912");
+            jail.set_env("HIVEGATE_CACHE__MAX_CONTENT_BYTES", "0");
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!((config.cache.max_bytes, config.cache.max_content_bytes), (536_870_912, 0));
+            jail.set_env("HIVEGATE_CACHE__MAX_BYTES", "-1");
+            let error = Config::load(None).expect_err("a negative budget is refused");
+            assert!(error.to_string().to_lowercase().contains("max_bytes"), "{error}");
+            jail.set_env("HIVEGATE_CACHE__MAX_BYTES", "1099511627776000");
+            let error = Config::load(None).expect_err("a budget beyond any memory is refused");
+            assert!(error.to_string().contains("cache.max_bytes"), "{error}");
             Ok(())
         });
     }

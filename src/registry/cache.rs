@@ -163,18 +163,18 @@ impl RegistryCache {
         let loaded = load().await?;
         let value = Arc::new(loaded.value);
         if let Some(bytes) = loaded.bytes {
-            self.insert(&registry, key, value.clone(), bytes);
+            self.insert(agent, &registry, key, value.clone(), bytes);
         }
         Ok(value)
     }
 
-    fn insert(&self, registry: &Registry, key: Key, value: Entry, bytes: usize) {
+    fn insert(&self, agent: &AgentId, registry: &Registry, key: Key, value: Entry, bytes: usize) {
         let cost = bytes + ENTRY_OVERHEAD;
         if cost > self.max_bytes / 8 || !self.gate.is_open() {
             return;
         }
         if self.bytes.load(Ordering::Relaxed) + cost > self.max_bytes {
-            self.evict(self.max_bytes / 2);
+            self.evict(self.max_bytes / 2, agent);
         }
         let Ok(mut inner) = registry.inner.lock() else { return };
         if inner.is_dead {
@@ -188,9 +188,12 @@ impl RegistryCache {
         self.bytes.fetch_add(cost, Ordering::Relaxed);
     }
 
-    /// Drops whole registries until at most `target` bytes remain.
-    fn evict(&self, target: usize) {
-        let victims: Vec<AgentId> = self.registries.iter().map(|entry| entry.key().clone()).collect();
+    /// Drops whole registries until at most `target` bytes remain, other agents' before `filling`'s (the
+    /// one an entry is being added to).
+    fn evict(&self, target: usize, filling: &AgentId) {
+        let mut victims: Vec<AgentId> =
+            self.registries.iter().map(|entry| entry.key().clone()).filter(|agent| agent != filling).collect();
+        victims.push(filling.clone());
         for agent in victims {
             if self.bytes.load(Ordering::Relaxed) <= target {
                 break;

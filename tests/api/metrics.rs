@@ -3,11 +3,11 @@
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-use crate::helpers::{Api, Backend, TestApp, eventually, spawn_app};
+use crate::helpers::{Api, Backend, TestApp, eventually, spawn_app, spawn_app_with};
 use crate::live_client::{listen, resources_changed, summary};
 use crate::mcp_client::{Mcp, agent_with_key};
 
-both!(metrics_count_known_traffic);
+both!(metrics_count_known_traffic, the_cache_stays_within_its_budget);
 
 /// The value of the series `name{labels}` (labels exactly as exported, e.g. `method="GET"`), if present.
 fn value(text: &str, series: &str) -> Option<f64> {
@@ -69,4 +69,37 @@ async fn metrics_count_known_traffic(backend: Backend) {
     let text = scrape(&app).await;
     assert_eq!(value(&text, "hivegate_audit_records_dropped_total"), Some(0.0), "{text}");
     assert_eq!(value(&text, "hivegate_audit_queue_depth"), Some(0.0), "{text}");
+}
+
+/// `cache.max_bytes` bounds what the registry cache holds: with room for a few agents' pages, serving many
+/// agents keeps `hivegate_cache_bytes` within it, and every answer is still right (read from the database).
+async fn the_cache_stays_within_its_budget(backend: Backend) {
+    const BUDGET: u64 = 64 * 1024;
+    let app = spawn_app_with(backend, |config| config.cache.max_bytes = BUDGET).await;
+    let body = "x".repeat(1000);
+    let mut held = Vec::new();
+    for agent in 0..12 {
+        let id = format!("bot-{agent}");
+        let key = agent_with_key(&app, &id).await;
+        for i in 0..5 {
+            app.put_text(&id, &format!("test://{i}"), &body).await;
+        }
+        let mcp = Mcp::new(&app, &id, &key);
+        for _ in 0..2 {
+            let page = mcp.legacy("resources/list", json!({})).await;
+            assert_eq!(page.result()["resources"].as_array().map(Vec::len), Some(5), "{}", page.body);
+            for i in 0..5 {
+                let read = mcp.legacy("resources/read", json!({"uri": format!("test://{i}")})).await;
+                assert_eq!(read.result()["contents"][0]["text"], body.as_str(), "{}", read.body);
+            }
+        }
+        held.push(value(&scrape(&app).await, "hivegate_cache_bytes").expect("hivegate_cache_bytes"));
+    }
+    // Each agent's page and contents take about 6 KB: the first agents fit, the later ones made room.
+    assert!(held[0] > 0.0, "{held:?}");
+    assert!(held.iter().all(|bytes| *bytes <= BUDGET as f64), "over the budget: {held:?}");
+    let text = scrape(&app).await;
+    let hits = value(&text, r#"hivegate_cache_lookups_total{result="hit"}"#).unwrap_or(0.0);
+    // Making room drops other agents' registries before the one being filled.
+    assert!(hits >= 12.0 * 6.0, "the second round of each agent was served from the cache: {text}");
 }
