@@ -207,15 +207,7 @@ impl Application {
         let router = crate::http::router(self.state.clone());
         let public = async {
             match self.listener {
-                PublicListener::Plain(listener) => {
-                    // Small answers go out at once instead of waiting on Nagle's algorithm for an ACK.
-                    let listener = listener.tap_io(|tcp| {
-                        if let Err(error) = tcp.set_nodelay(true) {
-                            tracing::debug!(%error, "could not set TCP_NODELAY");
-                        }
-                    });
-                    serve(listener, router, stopped(stopping.clone())).await
-                }
+                PublicListener::Plain(listener) => serve(no_delay(listener), router, stopped(stopping.clone())).await,
                 PublicListener::Tls(listener) => serve(listener, router, stopped(stopping.clone())).await,
             }
         };
@@ -224,7 +216,7 @@ impl Application {
                 Some((listener, address)) => {
                     tracing::info!(%address, "operator endpoints listening");
                     let router = crate::http::operator_router(self.state.clone());
-                    serve(listener, router, stopped(stopping.clone())).await
+                    serve(no_delay(listener), router, stopped(stopping.clone())).await
                 }
                 None => Ok(()),
             }
@@ -259,6 +251,16 @@ impl Application {
 enum PublicListener {
     Plain(TcpListener),
     Tls(TlsListener),
+}
+
+/// `listener` with `TCP_NODELAY` on every connection it accepts: small answers go out at once instead of
+/// waiting on Nagle's algorithm for an ACK. (The TLS listener sets it itself, before the handshake.)
+fn no_delay(listener: TcpListener) -> impl Listener<Addr = SocketAddr> {
+    listener.tap_io(|tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "could not set TCP_NODELAY");
+        }
+    })
 }
 
 /// Serves `router` on `listener` until `stopped` completes, then stops accepting and waits for the open

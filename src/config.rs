@@ -690,14 +690,15 @@ impl Config {
             ("tls.reload_interval_ms", self.tls.reload_interval_ms, 24 * 60 * 60 * 1000),
             ("tls.handshake_timeout_ms", self.tls.handshake_timeout_ms, 10 * 60 * 1000),
         ];
-        // Kept far from what a `usize` of this machine can count.
+        // A budget beyond any memory is a typo; 1 TiB also stays far from what a `usize` can count.
+        const MAX_CACHE_BYTES: u64 = 1 << 40;
         for (key, value) in
             [("cache.max_bytes", self.cache.max_bytes), ("cache.max_content_bytes", self.cache.max_content_bytes)]
         {
-            if value > u64::from(u32::MAX) << 8 {
+            if value > MAX_CACHE_BYTES {
                 return Err(ConfigError::Invalid {
                     key,
-                    message: format!("must be at most {}", u64::from(u32::MAX) << 8),
+                    message: format!("must be at most {MAX_CACHE_BYTES} (1 TiB)"),
                 });
             }
         }

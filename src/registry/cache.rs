@@ -90,10 +90,6 @@ pub struct RegistryCache {
 }
 
 impl RegistryCache {
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        Self::with_limits(store, DEFAULT_MAX_BYTES, DEFAULT_MAX_CONTENT_BYTES)
-    }
-
     pub fn with_limits(store: Arc<dyn Store>, max_bytes: usize, max_content_bytes: usize) -> Self {
         Self {
             store,
