@@ -124,11 +124,15 @@ fn target_of(call: &Call) -> String {
         .unwrap_or_default()
 }
 
+/// `value` as a record field: at most [`MAX_FIELD_CHARS`] characters, and every NUL written as `\u0000`.
+/// The client chooses these values (a JSON string may hold `\u0000`), and PostgreSQL's text refuses NUL:
+/// one such record would fail its whole batch on every retry.
 fn cut(value: &str) -> String {
-    match value.char_indices().nth(MAX_FIELD_CHARS) {
-        Some((end, _)) => value[..end].to_owned(),
-        None => value.to_owned(),
-    }
+    let kept = match value.char_indices().nth(MAX_FIELD_CHARS) {
+        Some((end, _)) => &value[..end],
+        None => value,
+    };
+    if kept.contains('\0') { kept.replace('\0', "\\u0000") } else { kept.to_owned() }
 }
 
 /// Middleware around `/{agent_id}/mcp`: turns the response's [`Trail`] into an audit record.
@@ -195,6 +199,18 @@ mod tests {
         let long = "é".repeat(MAX_FIELD_CHARS + 10);
         assert_eq!(cut(&long).chars().count(), MAX_FIELD_CHARS);
         assert_eq!(cut("short"), "short");
+    }
+
+    #[test]
+    fn nul_is_written_as_its_json_escape() {
+        assert_eq!(cut("a\0b\0"), "a\\u0000b\\u0000");
+        let call = Call {
+            id: None,
+            method: "resources/read\0".to_owned(),
+            params: Some(serde_json::json!({"uri": "x\u{0}"})),
+        };
+        assert_eq!(cut(&target_of(&call)), "x\\u0000");
+        assert_eq!(cut(&call.method), "resources/read\\u0000");
     }
 
     #[test]

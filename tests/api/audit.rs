@@ -9,7 +9,13 @@ use crate::helpers::{
 };
 use crate::mcp_client::{Mcp, agent_with_key};
 
-both!(mcp_requests_are_audited, the_chain_verifies_and_tampering_is_detected, export_and_retention, audit_pages);
+both!(
+    mcp_requests_are_audited,
+    nul_in_what_a_client_sends_is_audited,
+    the_chain_verifies_and_tampering_is_detected,
+    export_and_retention,
+    audit_pages
+);
 
 /// The audit records of `agent` for `method` (an MCP method or an admin action), newest first.
 async fn records(app: &TestApp, agent: &str, method: &str) -> Vec<Value> {
@@ -84,6 +90,28 @@ async fn mcp_requests_are_audited(backend: Backend) {
     Mcp::new(&app, "other", &other).legacy("resources/list", json!({})).await;
     written(&app, "other", "resources/list", 1).await;
     assert!(written(&app, "bot", "resources/list", 1).await.iter().all(|record| record["agentId"] == "bot"));
+}
+
+/// A JSON string may hold `\u0000`, which PostgreSQL's text refuses: the record keeps it escaped, and the
+/// batch it is written in (with the records around it) is stored at once, not retried forever.
+async fn nul_in_what_a_client_sends_is_audited(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = agent_with_key(&app, "bot").await;
+    let mcp = Mcp::new(&app, "bot", &key);
+    mcp.legacy("resources/list", json!({})).await;
+    let answer = mcp.legacy("resources/read", json!({"uri": "test://a\u{0}b"})).await;
+    assert!(answer.body["error"]["code"].is_i64(), "{}", answer.body);
+    mcp.legacy("resources/list", json!({})).await;
+    mcp.legacy("no/such\u{0}method", json!({})).await;
+
+    let read = &written(&app, "bot", "resources/read", 1).await[0];
+    assert_eq!(read["target"], "test://a\\u0000b");
+    assert_eq!(read["outcome"], "error");
+    written(&app, "bot", "resources/list", 2).await;
+    let unknown = &written(&app, "bot", "no/such\\u0000method", 1).await[0];
+    assert_eq!(unknown["errorCode"], -32601);
+    let metrics = app.anon(Method::GET, "/metrics").send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("hivegate_audit_batches_failed_total 0"), "{metrics}");
 }
 
 async fn the_chain_verifies_and_tampering_is_detected(backend: Backend) {
