@@ -14,6 +14,7 @@ use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, Postgres, Transaction};
 
+use super::copy::BinaryRows;
 use super::sql::{audit_insert_columns, classify, classify_migration, impl_store};
 use super::{Quotas, StoreError, StoreResult};
 use crate::config::DatabaseConfig;
@@ -117,54 +118,50 @@ impl PgStore {
         store_error(error)
     }
 
-    /// Inserts chained audit rows in one statement whatever their number: each column is bound as one array
-    /// and `unnest` zips the arrays back into rows. Binary arrays are cheaper to encode and to parse than a
-    /// multi-row `values` list with a parameter per field.
+    /// Appends chained audit rows with one `COPY … FROM STDIN` in binary format, whatever their number. It
+    /// costs PostgreSQL about a third less per row than an `insert … select … from unnest(…)` of one array
+    /// per column, which must take apart and re-zip two dozen arrays (bench/README.md).
     async fn insert_audit_rows(tx: &mut Transaction<'static, Postgres>, records: &[AuditRecord]) -> StoreResult<()> {
-        fn column<'a, T>(records: &'a [AuditRecord], field: impl Fn(&'a AuditRecord) -> T) -> Vec<T> {
-            records.iter().map(field).collect()
+        const COLUMNS: i16 = 26;
+        let mut rows = BinaryRows::with_capacity(records.len() * 512);
+        for record in records {
+            rows.row(COLUMNS);
+            rows.text(&record.id);
+            rows.text(&record.agent_id);
+            rows.int8(record.occurred_at.as_micros());
+            rows.text(&record.kind);
+            rows.text(&record.actor);
+            rows.text(&record.action);
+            rows.text(&record.target);
+            rows.optional_text(record.before_digest.as_deref());
+            rows.optional_text(record.after_digest.as_deref());
+            rows.optional_text(record.request_id.as_deref());
+            rows.optional_text(record.key_id.as_deref());
+            rows.optional_text(record.key_prefix.as_deref());
+            rows.optional_text(record.session_id.as_deref());
+            rows.optional_text(record.method.as_deref());
+            rows.optional_text(record.outcome.as_deref());
+            rows.optional_int4(record.error_code);
+            rows.optional_int8(record.bytes_out);
+            rows.optional_int8(record.latency_us);
+            rows.optional_text(record.client_ip.as_deref());
+            rows.optional_text(record.user_agent.as_deref());
+            rows.optional_text(record.trace_id.as_deref());
+            rows.optional_int8(record.chain_seq);
+            rows.optional_text(record.prev_hash.as_deref());
+            rows.optional_text(record.hash.as_deref());
+            // created_at, updated_at
+            rows.int8(record.occurred_at.as_micros());
+            rows.int8(record.occurred_at.as_micros());
         }
-        sqlx::query(concat!(
-            "insert into audit (",
-            audit_insert_columns!(),
-            ") select audit_id, agent_id, occurred_at, kind, actor, action, target, before_digest, after_digest, \
-             request_id, key_id, key_prefix, session_id, method, outcome, error_code, bytes_out, latency_us, \
-             client_ip, user_agent, trace_id, chain_seq, prev_hash, hash, occurred_at, occurred_at \
-             from unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::text[], $6::text[], $7::text[], \
-             $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], \
-             $16::int4[], $17::int8[], $18::int8[], $19::text[], $20::text[], $21::text[], $22::int8[], \
-             $23::text[], $24::text[]) \
-             as row (audit_id, agent_id, occurred_at, kind, actor, action, target, before_digest, after_digest, \
-             request_id, key_id, key_prefix, session_id, method, outcome, error_code, bytes_out, latency_us, \
-             client_ip, user_agent, trace_id, chain_seq, prev_hash, hash)",
-        ))
-        .bind(column(records, |r| r.id.as_str()))
-        .bind(column(records, |r| r.agent_id.as_str()))
-        .bind(column(records, |r| r.occurred_at.as_micros()))
-        .bind(column(records, |r| r.kind.as_str()))
-        .bind(column(records, |r| r.actor.as_str()))
-        .bind(column(records, |r| r.action.as_str()))
-        .bind(column(records, |r| r.target.as_str()))
-        .bind(column(records, |r| r.before_digest.as_deref()))
-        .bind(column(records, |r| r.after_digest.as_deref()))
-        .bind(column(records, |r| r.request_id.as_deref()))
-        .bind(column(records, |r| r.key_id.as_deref()))
-        .bind(column(records, |r| r.key_prefix.as_deref()))
-        .bind(column(records, |r| r.session_id.as_deref()))
-        .bind(column(records, |r| r.method.as_deref()))
-        .bind(column(records, |r| r.outcome.as_deref()))
-        .bind(column(records, |r| r.error_code))
-        .bind(column(records, |r| r.bytes_out))
-        .bind(column(records, |r| r.latency_us))
-        .bind(column(records, |r| r.client_ip.as_deref()))
-        .bind(column(records, |r| r.user_agent.as_deref()))
-        .bind(column(records, |r| r.trace_id.as_deref()))
-        .bind(column(records, |r| r.chain_seq))
-        .bind(column(records, |r| r.prev_hash.as_deref()))
-        .bind(column(records, |r| r.hash.as_deref()))
-        .execute(&mut **tx)
-        .await
-        .map_err(Self::error)?;
+        let data =
+            rows.finish().ok_or_else(|| StoreError::Invalid("an audit record field exceeds 2 GiB".to_owned()))?;
+        let mut copy = tx
+            .copy_in_raw(concat!("copy audit (", audit_insert_columns!(), ") from stdin (format binary)"))
+            .await
+            .map_err(Self::error)?;
+        copy.send(data).await.map_err(Self::error)?;
+        copy.finish().await.map_err(Self::error)?;
         Ok(())
     }
 }
