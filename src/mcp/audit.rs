@@ -128,9 +128,11 @@ fn target_of(call: &Call) -> String {
 /// The client chooses these values (a JSON string may hold `\u0000`), and PostgreSQL's text refuses NUL:
 /// one such record would fail its whole batch on every retry.
 fn cut(value: &str) -> String {
-    let kept = match value.char_indices().nth(MAX_FIELD_CHARS) {
-        Some((end, _)) => &value[..end],
-        None => value,
+    // A value of at most that many bytes has at most that many chars: only a longer one is walked.
+    let kept = if value.len() <= MAX_FIELD_CHARS {
+        value
+    } else {
+        value.char_indices().nth(MAX_FIELD_CHARS).map_or(value, |(end, _)| &value[..end])
     };
     if kept.contains('\0') { kept.replace('\0', "\\u0000") } else { kept.to_owned() }
 }
