@@ -4,8 +4,9 @@
 //! far more frequent, so their records go through a bounded queue to one background task that appends them
 //! in batches, one transaction each: a batch is written when it reaches `audit.batch_size` records, every
 //! `audit.flush_interval_ms`, and at shutdown. While the database is unreachable the task keeps its batch
-//! and retries with backoff, and new records wait in the queue; only when the queue is full is a record
-//! dropped, and every drop is counted ([`AuditStats`]) and logged.
+//! and retries with backoff, and new records wait in the queue. A record is dropped only when the queue is
+//! full, or when the database refuses a value in it (which no retry would change; the records around it
+//! are written); every drop is counted ([`AuditStats`]) and logged.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,7 +28,7 @@ pub struct AuditStats {
     pub queued: AtomicU64,
     /// Records written to the database.
     pub written: AtomicU64,
-    /// Records dropped because the queue was full.
+    /// Records dropped: the queue was full, or the database refused a value in them.
     pub dropped: AtomicU64,
     /// Batches that failed to write (and were retried).
     pub failed_batches: AtomicU64,
@@ -166,18 +167,51 @@ impl Batcher {
     }
 
     /// Writes the batch, retrying with backoff until it is stored; then empties it.
+    ///
+    /// A batch the database refuses for a value in it (a data exception, which no retry can fix) is split
+    /// in halves, each written on its own, down to the records it refuses: those alone are dropped, counted
+    /// and logged, so that one bad record cannot hold up every record after it.
     async fn write(&self, batch: &mut Vec<AuditRecord>) {
+        if self.write_whole(batch).await {
+            batch.clear();
+            return;
+        }
+        let mut pending = vec![batch.split_off(0)];
+        while let Some(mut records) = pending.pop() {
+            if self.write_whole(&mut records).await {
+                continue;
+            }
+            if records.len() > 1 {
+                let second = records.split_off(records.len() / 2);
+                pending.push(second);
+                pending.push(records);
+            } else {
+                self.stats.dropped.fetch_add(records.len() as u64, Ordering::Relaxed);
+                for record in &records {
+                    tracing::error!(agent = %record.agent_id, method = ?record.method, target = ?record.target,
+                        "audit record refused by the database: dropped");
+                }
+            }
+        }
+    }
+
+    /// Writes `records` in one transaction, retrying with backoff while the database is unavailable;
+    /// false when the database refuses a value in them.
+    async fn write_whole(&self, records: &mut [AuditRecord]) -> bool {
         let mut backoff = Duration::from_millis(100);
         loop {
-            match self.store.append_audit(batch).await {
+            match self.store.append_audit(records).await {
                 Ok(()) => {
-                    self.stats.written.fetch_add(batch.len() as u64, Ordering::Relaxed);
-                    batch.clear();
-                    return;
+                    self.stats.written.fetch_add(records.len() as u64, Ordering::Relaxed);
+                    return true;
                 }
                 Err(error) => {
                     self.stats.failed_batches.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(%error, records = batch.len(), retry_in_ms = backoff.as_millis() as u64, "could not write audit records");
+                    if error.is_data_exception() {
+                        tracing::warn!(%error, records = records.len(), "audit records refused by the database");
+                        return false;
+                    }
+                    tracing::warn!(%error, records = records.len(), retry_in_ms = backoff.as_millis() as u64, "could not write audit records");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_RETRY_BACKOFF);
                 }

@@ -316,7 +316,7 @@ impl Collector for Levels {
             ("audit_records_written", "MCP audit records written", self.audit.written.load(Relaxed)),
             (
                 "audit_records_dropped",
-                "MCP audit records dropped because the queue was full",
+                "MCP audit records dropped because the queue was full or the database refused them",
                 self.audit.dropped.load(Relaxed),
             ),
             (

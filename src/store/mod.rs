@@ -53,6 +53,19 @@ pub enum StoreError {
     TooLarge(String),
 }
 
+impl StoreError {
+    /// PostgreSQL refused a value as malformed (SQLSTATE class 22, "data exception"): the same write fails
+    /// however often it is retried.
+    pub fn is_data_exception(&self) -> bool {
+        match self {
+            StoreError::Database(sqlx::Error::Database(error)) => error
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .is_some_and(|error| error.code().starts_with("22")),
+            _ => false,
+        }
+    }
+}
+
 /// What one agent, and the gateway as a whole, may hold (from `[limits]`); 0 is unlimited.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Quotas {

@@ -458,6 +458,51 @@ async fn postgres_large_audit_batches() -> TestResult {
     large_audit_batches(&store).await
 }
 
+/// A record PostgreSQL refuses (text with a NUL, which the MCP endpoint escapes before it gets here) is
+/// dropped alone, counted, and the records of its batch are written, their chain intact.
+#[tokio::test]
+async fn postgres_audit_writer_drops_only_what_the_database_refuses() -> TestResult {
+    use std::sync::atomic::Ordering;
+
+    use crate::audit::AuditWriter;
+    use crate::config::AuditConfig;
+    use crate::domain::model::AuditFilter;
+
+    let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
+    let store: Arc<dyn Store> = Arc::new(pg_store(&db.url).await?);
+    let config = AuditConfig { batch_size: 8, flush_interval_ms: 3_600_000, ..AuditConfig::default() };
+    let (writer, task) = AuditWriter::start(store.clone(), &config);
+    for n in 0..8 {
+        writer.record(AuditRecord {
+            id: uuid::Uuid::now_v7().to_string(),
+            agent_id: "one".to_owned(),
+            occurred_at: crate::domain::time::Timestamp::now(),
+            kind: "mcp".to_owned(),
+            actor: "key:k".to_owned(),
+            action: "resources/read".to_owned(),
+            target: if n == 5 { "test://bad\0".to_owned() } else { format!("test://{n}") },
+            ..AuditRecord::default()
+        });
+    }
+    let stats = writer.stats().clone();
+    task.stop(Duration::from_secs(10)).await;
+    assert_eq!(stats.written.load(Ordering::Relaxed), 7);
+    assert_eq!(stats.dropped.load(Ordering::Relaxed), 1);
+    assert!(stats.failed_batches.load(Ordering::Relaxed) >= 4, "8, 4, 2 and 1 record(s) refused");
+    let stored = store.list_audit(&AuditFilter::default(), None, 100).await?;
+    let mut targets: Vec<&str> = stored.iter().map(|record| record.target.as_str()).collect();
+    targets.sort_unstable();
+    assert_eq!(targets, ["test://0", "test://1", "test://2", "test://3", "test://4", "test://6", "test://7"]);
+    let head = store.audit_heads(None).await?.pop().ok_or("a chain")?;
+    assert_eq!(head.seq, 7);
+    let mut verifier = ChainVerifier::new(head.clone());
+    for record in &store.audit_chain_page("one", 0, 100).await? {
+        verifier.check(record).map_err(|problem| format!("one: {problem}"))?;
+    }
+    assert_eq!(verifier.finish()?, 7);
+    Ok(())
+}
+
 #[tokio::test]
 async fn sqlite_limits() -> TestResult {
     let file = ScratchFile::new();
