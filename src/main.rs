@@ -27,8 +27,8 @@ mod allocator {
     /// stream, against 36–45 KiB with mimalloc's defaults (which keep freed memory resident for a second).
     /// The arena mimalloc made before `main` keeps its eager commit; the environment variables
     /// `MIMALLOC_ARENA_EAGER_COMMIT=0` and `MIMALLOC_PURGE_DELAY=0`, which the container image sets, reach
-    /// that one too (22–26 KiB). W1 throughput did not change measurably (bench/README.md).
-    /// An option the environment sets (`MIMALLOC_ARENA_EAGER_COMMIT`, `MIMALLOC_PURGE_DELAY`) keeps the
+    /// that one too (22–26 KiB). The price is CPU: with mimalloc's defaults W1 served about 10 % more
+    /// requests a second (bench/README.md). An option the environment sets (`MIMALLOC_ARENA_EAGER_COMMIT`, `MIMALLOC_PURGE_DELAY`) keeps the
     /// environment's value, which mimalloc has already read.
     pub fn configure() {
         for (option, variable) in
