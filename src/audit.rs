@@ -30,15 +30,18 @@ pub struct AuditStats {
     pub written: AtomicU64,
     /// Records dropped: the queue was full, or the database refused a value in them.
     pub dropped: AtomicU64,
-    /// Batches that failed to write (and were retried).
+    /// Of those, the records the database refused (they had been queued).
+    pub refused: AtomicU64,
+    /// Batches that failed to write: retried while the database was unavailable, split when it refused a
+    /// value in them.
     pub failed_batches: AtomicU64,
 }
 
 impl AuditStats {
     /// Records accepted but not written yet.
     pub fn backlog(&self) -> u64 {
-        let written = self.written.load(Ordering::Relaxed);
-        self.queued.load(Ordering::Relaxed).saturating_sub(written)
+        let done = self.written.load(Ordering::Relaxed) + self.refused.load(Ordering::Relaxed);
+        self.queued.load(Ordering::Relaxed).saturating_sub(done)
     }
 }
 
@@ -186,6 +189,7 @@ impl Batcher {
                 pending.push(second);
                 pending.push(records);
             } else {
+                self.stats.refused.fetch_add(records.len() as u64, Ordering::Relaxed);
                 self.stats.dropped.fetch_add(records.len() as u64, Ordering::Relaxed);
                 for record in &records {
                     tracing::error!(agent = %record.agent_id, method = ?record.method, target = ?record.target,
@@ -207,7 +211,7 @@ impl Batcher {
                 }
                 Err(error) => {
                     self.stats.failed_batches.fetch_add(1, Ordering::Relaxed);
-                    if error.is_data_exception() {
+                    if error.refuses_a_value() {
                         tracing::warn!(%error, records = records.len(), "audit records refused by the database");
                         return false;
                     }

@@ -321,7 +321,7 @@ impl Collector for Levels {
             ),
             (
                 "audit_batches_failed",
-                "MCP audit batches that failed to write (and were retried)",
+                "MCP audit batches that failed to write (retried, or split when the database refused a value)",
                 self.audit.failed_batches.load(Relaxed),
             ),
         ];

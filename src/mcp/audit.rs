@@ -128,13 +128,19 @@ fn target_of(call: &Call) -> String {
 /// The client chooses these values (a JSON string may hold `\u0000`), and PostgreSQL's text refuses NUL:
 /// one such record would fail its whole batch on every retry.
 fn cut(value: &str) -> String {
-    // A value of at most that many bytes has at most that many chars: only a longer one is walked.
-    let kept = if value.len() <= MAX_FIELD_CHARS {
-        value
-    } else {
+    fn first_chars(value: &str) -> &str {
+        // A value of at most that many bytes has at most that many chars: only a longer one is walked.
+        if value.len() <= MAX_FIELD_CHARS {
+            return value;
+        }
         value.char_indices().nth(MAX_FIELD_CHARS).map_or(value, |(end, _)| &value[..end])
-    };
-    if kept.contains('\0') { kept.replace('\0', "\\u0000") } else { kept.to_owned() }
+    }
+    let kept = first_chars(value);
+    if !kept.contains('\0') {
+        return kept.to_owned();
+    }
+    // Escaping only lengthens, so the escaped value's first chars all come from these.
+    first_chars(&kept.replace('\0', "\\u0000")).to_owned()
 }
 
 /// Middleware around `/{agent_id}/mcp`: turns the response's [`Trail`] into an audit record.
@@ -213,6 +219,8 @@ mod tests {
         };
         assert_eq!(cut(&target_of(&call)), "x\\u0000");
         assert_eq!(cut(&call.method), "resources/read\\u0000");
+        let escaped = cut(&"\0".repeat(MAX_FIELD_CHARS));
+        assert_eq!(escaped.chars().count(), MAX_FIELD_CHARS, "the limit holds after escaping");
     }
 
     #[test]

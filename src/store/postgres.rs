@@ -160,6 +160,13 @@ impl PgStore {
             .copy_in_raw(concat!("copy audit (", audit_insert_columns!(), ") from stdin (format binary)"))
             .await
             .map_err(Self::error)?;
+        if copy.num_columns() != COLUMNS as usize {
+            let columns = copy.num_columns();
+            copy.abort("column count").await.map_err(Self::error)?;
+            return Err(StoreError::Corrupt(format!(
+                "the audit COPY names {columns} columns, the encoder writes {COLUMNS}"
+            )));
+        }
         copy.send(data).await.map_err(Self::error)?;
         copy.finish().await.map_err(Self::error)?;
         Ok(())

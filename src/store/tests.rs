@@ -488,6 +488,8 @@ async fn postgres_audit_writer_drops_only_what_the_database_refuses() -> TestRes
     task.stop(Duration::from_secs(10)).await;
     assert_eq!(stats.written.load(Ordering::Relaxed), 7);
     assert_eq!(stats.dropped.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.refused.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.backlog(), 0, "a refused record is no longer waiting");
     assert!(stats.failed_batches.load(Ordering::Relaxed) >= 4, "8, 4, 2 and 1 record(s) refused");
     let stored = store.list_audit(&AuditFilter::default(), None, 100).await?;
     let mut targets: Vec<&str> = stored.iter().map(|record| record.target.as_str()).collect();
