@@ -119,7 +119,7 @@ impl PgStore {
     }
 
     /// Appends chained audit rows with one `COPY … FROM STDIN` in binary format, whatever their number. It
-    /// costs PostgreSQL about a third less per row than an `insert … select … from unnest(…)` of one array
+    /// costs PostgreSQL about a quarter less CPU per row than an `insert … select … from unnest(…)` of one array
     /// per column, which must take apart and re-zip two dozen arrays (bench/README.md).
     async fn insert_audit_rows(tx: &mut Transaction<'static, Postgres>, records: &[AuditRecord]) -> StoreResult<()> {
         const COLUMNS: i16 = 26;
