@@ -178,7 +178,7 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
         agent_id: trail.agent_id,
         occurred_at,
         kind: "mcp".to_owned(),
-        actor: format!("key:{}", trail.key_id),
+        actor: ["key:", trail.key_id.as_str()].concat(),
         action: trail.method.clone(),
         target: trail.target,
         request_id,
