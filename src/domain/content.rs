@@ -122,40 +122,57 @@ fn validate_embedded(resource: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// Renders the templated fields of a content block with `args`, charging `budget`; a rendered URI is
-/// re-validated.
-pub fn render_block(block: &Value, args: &BTreeMap<String, String>, budget: &mut Budget) -> Result<Value, String> {
-    let mut block = block.clone();
-    let kind = block.get("type").and_then(Value::as_str).unwrap_or_default().to_owned();
-    match kind.as_str() {
-        "text" => render_field(&mut block, "text", args, false, budget)?,
-        "resource_link" => render_field(&mut block, "uri", args, true, budget)?,
-        "resource" => {
-            if let Some(resource) = block.get_mut("resource") {
-                render_field(resource, "uri", args, true, budget)?;
-                render_field(resource, "text", args, false, budget)?;
-            }
-        }
-        _ => {}
+/// The templated fields of a content block of type `kind`: the member holding the field (`None` for the
+/// block itself), the field, and whether it is a URI.
+fn templated_fields(kind: &str) -> &'static [(Option<&'static str>, &'static str, bool)] {
+    match kind {
+        "text" => &[(None, "text", false)],
+        "resource_link" => &[(None, "uri", true)],
+        "resource" => &[(Some("resource"), "uri", true), (Some("resource"), "text", false)],
+        _ => &[],
     }
-    Ok(block)
 }
 
-fn render_field(
-    object: &mut Value,
-    field: &str,
+/// The sources of a content block's templated fields, to compile once ([`render::Compiled`]).
+pub fn template_sources(block: &Value) -> impl Iterator<Item = &str> {
+    let kind = block.get("type").and_then(Value::as_str).unwrap_or_default();
+    templated_fields(kind).iter().filter_map(move |(member, field, _)| {
+        let holder = match member {
+            Some(member) => block.get(member)?,
+            None => block,
+        };
+        holder.get(field)?.as_str()
+    })
+}
+
+/// Renders the templated fields of a content block with `args`, from `compiled` where it holds them,
+/// charging `budget`; a rendered URI is re-validated.
+pub fn render_block(
+    block: &Value,
+    compiled: &render::Compiled,
     args: &BTreeMap<String, String>,
-    is_uri: bool,
     budget: &mut Budget,
-) -> Result<(), String> {
-    let Some(slot) = object.get_mut(field) else { return Ok(()) };
-    let Some(source) = slot.as_str() else { return Ok(()) };
-    let rendered = render::render_with_budget(source, args, budget)?;
-    if is_uri {
-        ResourceUri::parse(&rendered).map_err(|e| e.0)?;
+) -> Result<Value, String> {
+    let mut block = block.clone();
+    let kind = block.get("type").and_then(Value::as_str).unwrap_or_default();
+    let fields = templated_fields(kind);
+    for (member, field, is_uri) in fields {
+        let holder = match member {
+            Some(member) => match block.get_mut(*member) {
+                Some(holder) => holder,
+                None => continue,
+            },
+            None => &mut block,
+        };
+        let Some(slot) = holder.get_mut(*field) else { continue };
+        let Some(source) = slot.as_str() else { continue };
+        let rendered = compiled.render(source, args, budget)?;
+        if *is_uri {
+            ResourceUri::parse(&rendered).map_err(|e| e.0)?;
+        }
+        *slot = Value::String(rendered);
     }
-    *slot = Value::String(rendered);
-    Ok(())
+    Ok(block)
 }
 
 /// Every required field is present and every field is known (`annotations` and `_meta` always are).
@@ -257,10 +274,14 @@ mod tests {
         let args: BTreeMap<String, String> = [("id".to_owned(), "42".to_owned())].into();
         let block = json!({"type": "resource", "resource": {"uri": "test://{{ id }}", "text": "item {{ id }}"}});
         assert_eq!(
-            render_block(&block, &args, &mut Budget::default()),
+            render_block(&block, &render::Compiled::new(template_sources(&block)), &args, &mut Budget::default()),
             Ok(json!({"type": "resource", "resource": {"uri": "test://42", "text": "item 42"}}))
         );
         let link = json!({"type": "resource_link", "uri": "{{ id }}", "name": "n"});
-        assert!(render_block(&link, &args, &mut Budget::default()).is_err(), "a rendered URI is re-validated");
+        let compiled = render::Compiled::new([]);
+        assert!(
+            render_block(&link, &compiled, &args, &mut Budget::default()).is_err(),
+            "a rendered URI is re-validated"
+        );
     }
 }

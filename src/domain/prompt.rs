@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use super::content;
 use super::model::{PromptArgument, PromptMessage};
-use super::render::Budget;
+use super::render::{Budget, Compiled};
 
 /// Checks a prompt's arguments and messages; the error names the offending item, e.g.
 /// `messages[1].content.text does not compile: ...`.
@@ -27,11 +27,17 @@ pub fn validate(arguments: &[PromptArgument], messages: &[PromptMessage]) -> Res
     Ok(())
 }
 
-/// Renders every message with `args`, all of them charging the one `budget` of the request. The caller has
-/// checked that `args` names only declared arguments and holds every required one; missing optional ones
-/// render empty.
+/// The messages' templates, checked and compiled once (for the registry cache).
+pub fn compile_messages(messages: &[PromptMessage]) -> Compiled {
+    Compiled::new(messages.iter().flat_map(|message| content::template_sources(&message.content)))
+}
+
+/// Renders every message with `args`, from `compiled` (see [`compile_messages`]) where it holds their
+/// templates, all of them charging the one `budget` of the request. The caller has checked that `args` names
+/// only declared arguments and holds every required one; missing optional ones render empty.
 pub fn render_messages(
     messages: &[PromptMessage],
+    compiled: &Compiled,
     args: &BTreeMap<String, String>,
     budget: &mut Budget,
 ) -> Result<Vec<PromptMessage>, String> {
@@ -39,7 +45,7 @@ pub fn render_messages(
         .iter()
         .enumerate()
         .map(|(index, message)| {
-            let content = content::render_block(&message.content, args, budget)
+            let content = content::render_block(&message.content, compiled, args, budget)
                 .map_err(|error| format!("messages[{index}]: {error}"))?;
             Ok(PromptMessage { role: message.role, content })
         })
@@ -82,8 +88,10 @@ mod tests {
     fn renders_messages() {
         let messages = [message(json!({"type": "text", "text": "a={{ a }} b={{ b }}"}))];
         let args = [("a".to_owned(), "1".to_owned())].into();
-        let rendered = render_messages(&messages, &args, &mut Budget::default()).expect("renders");
-        assert_eq!(rendered[0].content, json!({"type": "text", "text": "a=1 b="}));
+        for compiled in [compile_messages(&messages), Compiled::new([])] {
+            let rendered = render_messages(&messages, &compiled, &args, &mut Budget::default()).expect("renders");
+            assert_eq!(rendered[0].content, json!({"type": "text", "text": "a=1 b="}));
+        }
     }
 
     #[test]
@@ -92,10 +100,12 @@ mod tests {
         let text = "{% for i in range(600) %}{{ kib }}{% endfor %}";
         let messages = vec![message(json!({"type": "text", "text": text})); 3];
         let args = [("kib".to_owned(), "x".repeat(1024))].into();
-        let error = render_messages(&messages, &args, &mut Budget::default()).expect_err("over the total budget");
+        let compiled = compile_messages(&messages);
+        let error =
+            render_messages(&messages, &compiled, &args, &mut Budget::default()).expect_err("over the total budget");
         assert!(error.starts_with("messages[1]: "), "{error}");
         assert!(error.contains("output budget of 1048576 bytes"), "{error}");
-        let one = render_messages(&messages[..1], &args, &mut Budget::default()).expect("one message fits");
+        let one = render_messages(&messages[..1], &compiled, &args, &mut Budget::default()).expect("one message fits");
         assert_eq!(one[0].content["text"].as_str().map(str::len), Some(600 * 1024));
     }
 }

@@ -9,7 +9,7 @@ use base64::engine::general_purpose::STANDARD;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{Api, Backend, expect_problem, spawn_app, str_of};
+use crate::helpers::{Api, Backend, TestApp, expect_problem, spawn_app, str_of};
 use crate::mcp_client::{Mcp, PNG, after_write, agent_with_key, seed_fixtures};
 
 both!(
@@ -381,14 +381,25 @@ async fn changes_are_seen_at_once(backend: Backend) {
     let key = agent_with_key(&app, "bot").await;
     let mcp = Mcp::new(&app, "bot", &key);
     app.put_text("bot", "test://a", "one").await;
-    // Warm every cache: list, read, prompt, not-found.
+    let greeting = || async {
+        let answer = mcp.legacy("prompts/get", json!({"name": "greet", "arguments": {"who": "bees"}})).await;
+        answer.result()["messages"][0]["content"]["text"].as_str().unwrap().to_owned()
+    };
+    put_greeting(&app, "Hello {{ who }}").await;
+    // Warm every cache: list, read, prompt (its template compiled), not-found.
     assert_eq!(mcp.legacy("resources/read", json!({"uri": "test://a"})).await.result()["contents"][0]["text"], "one");
     assert_eq!(mcp.legacy("resources/list", json!({})).await.result()["resources"].as_array().unwrap().len(), 1);
+    assert_eq!(greeting().await, "Hello bees");
     mcp.legacy("resources/read", json!({"uri": "test://b"})).await.error(StatusCode::OK, -32002);
     for round in 0..5usize {
         let text = format!("version {round}");
         app.put_text("bot", "test://a", &text).await;
         app.put_text("bot", &format!("test://new/{round}"), "x").await;
+        put_greeting(&app, &format!("{{{{ who }}}}, version {round}")).await;
+        after_write(backend, "the replaced prompt", || async {
+            (greeting().await == format!("bees, version {round}")).then_some(())
+        })
+        .await;
         after_write(backend, "the replaced content", || async {
             let answer = mcp.legacy("resources/read", json!({"uri": "test://a"})).await;
             (answer.result()["contents"][0]["text"] == text.as_str()).then_some(())
@@ -424,6 +435,14 @@ async fn changes_are_seen_at_once(backend: Backend) {
         (answer.body["error"]["code"] == -32002).then_some(())
     })
     .await;
+}
+
+/// Stores (or replaces) the prompt `greet` of agent `bot`: one message of `text`, one argument `who`.
+async fn put_greeting(app: &TestApp, text: &str) {
+    let prompt = json!({"arguments": [{"name": "who"}],
+        "messages": [{"role": "user", "content": {"type": "text", "text": text}}]});
+    let response = app.op(Method::PUT, "/admin/v1/agents/bot/prompts/greet").json(&prompt).send().await.unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
 }
 
 async fn templates_are_bounded(backend: Backend) {

@@ -46,8 +46,8 @@ pub const BUDGET_BYTES: usize = 1024 * 1024;
 /// How deeply blocks may nest.
 const RECURSION_LIMIT: usize = 64;
 
-/// One environment for the whole process: it holds no templates (each render compiles its own
-/// source), only configuration, so sharing it is safe.
+/// One environment for the whole process: it holds no templates (a render compiles its own source, or
+/// uses a [`Compiled`] set of its own), only configuration, so sharing it is safe.
 static ENVIRONMENT: LazyLock<Environment<'static>> = LazyLock::new(|| build_environment(FUEL));
 /// The same environment with [`QUICK_FUEL`], for quick budgets.
 static QUICK_ENVIRONMENT: LazyLock<Environment<'static>> = LazyLock::new(|| build_environment(QUICK_FUEL));
@@ -89,6 +89,54 @@ pub fn render_with_budget(
     check::check(source)?;
     let environment = if budget.is_quick() { &QUICK_ENVIRONMENT } else { &ENVIRONMENT };
     let template = environment.template_from_str(source).map_err(|error| describe(&error))?;
+    render_template(&template, args, budget)
+}
+
+/// Templates checked and compiled once, to be rendered many times: a stored prompt's templated fields, kept
+/// with it in the registry cache, so that a `prompts/get` neither parses nor checks them again.
+///
+/// A template is found by its source. A source that was not given, or that the rules or the compiler
+/// refuse, is rendered by [`render_with_budget`] instead, which reports why it fails.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    /// The quick environment with the templates added, each named by its own source.
+    quick: Environment<'static>,
+    /// The same compiled templates with [`FUEL`].
+    full: Environment<'static>,
+}
+
+impl Compiled {
+    /// Checks and compiles `sources`.
+    pub fn new<'a>(sources: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut quick = QUICK_ENVIRONMENT.clone();
+        for source in sources {
+            // The rules first, as for every render: compiling folds constant expressions, which a refused
+            // operator could make huge. One that fails is left to `render_with_budget` to report.
+            if check::check(source).is_ok() {
+                let _ = quick.add_template_owned(source.to_owned(), source.to_owned());
+            }
+        }
+        let mut full = quick.clone();
+        full.set_fuel(Some(FUEL));
+        Self { quick, full }
+    }
+
+    /// Renders `source` as [`render_with_budget`] does, from its compiled template when there is one.
+    pub fn render(&self, source: &str, args: &BTreeMap<String, String>, budget: &mut Budget) -> Result<String, String> {
+        let environment = if budget.is_quick() { &self.quick } else { &self.full };
+        match environment.get_template(source) {
+            Ok(template) => render_template(&template, args, budget),
+            Err(_) => render_with_budget(source, args, budget),
+        }
+    }
+}
+
+/// Renders a compiled template within `budget` (see [`render_with_budget`]).
+fn render_template(
+    template: &minijinja::Template<'_, '_>,
+    args: &BTreeMap<String, String>,
+    budget: &mut Budget,
+) -> Result<String, String> {
     let mut output = MeteredWriter { buffer: Vec::new() };
     let scope = budget::Scope::enter(budget);
     let rendered = template.render_captured_to(args, &mut output);

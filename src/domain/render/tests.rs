@@ -386,3 +386,41 @@ fn quick_renders_give_what_full_renders_give_or_ask_for_more_fuel() {
     assert!(render_with_budget("{{ topic }}{{ topic }}", &values, &mut small).is_err());
     assert!(!small.wants_more_fuel(), "only quick budgets ask for more fuel");
 }
+
+#[test]
+fn compiled_templates_render_as_their_sources_do() {
+    let heavy = "{% for i in range(1000) %}{{ i }}{% endfor %}";
+    let runaway = "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}";
+    let refused = "{% set x = 1 %}{{ x }}";
+    let broken = "{{ topic";
+    let unknown = "{{ topic|nosuchfilter }}";
+    let amplified = "{{ topic|indent(2000000) }}";
+    let compiled = Compiled::new([RESEARCH, heavy, runaway, refused, broken, unknown, amplified]);
+    let values = args(&[("topic", "bees"), ("depth", "deep")]);
+    // Every source, compiled or not (refused and broken ones are left out, and one never given is rendered
+    // from its source), gives what a render from source gives, with the same budget afterwards, whether the
+    // budget is quick or full.
+    for source in [RESEARCH, heavy, runaway, refused, broken, unknown, amplified, "not given {{ topic }}"] {
+        for budget in [Budget::quick(), Budget::default(), Budget::new(8)] {
+            let (mut from_source, mut from_compiled) = (budget.clone(), budget);
+            assert_eq!(
+                compiled.render(source, &values, &mut from_compiled),
+                render_with_budget(source, &values, &mut from_source),
+                "{source}"
+            );
+            assert_eq!(from_compiled, from_source, "{source}");
+        }
+    }
+    let mut quick = Budget::quick();
+    assert!(compiled.render(heavy, &values, &mut quick).is_err());
+    assert!(quick.wants_more_fuel(), "the compiled quick render has only the quick fuel");
+    let full = compiled.render(heavy, &values, &mut Budget::default()).expect("the full fuel suffices");
+    assert_eq!(full.len(), (0..1000).map(|i| i.to_string().len()).sum::<usize>());
+    // The compiled environments hold the sources that passed the rules and compiled, and nothing else.
+    for (source, is_compiled) in
+        [(RESEARCH, true), (heavy, true), (refused, false), (broken, false), ("not given {{ topic }}", false)]
+    {
+        assert_eq!(compiled.quick.get_template(source).is_ok(), is_compiled, "{source}");
+        assert_eq!(compiled.full.get_template(source).is_ok(), is_compiled, "{source}");
+    }
+}

@@ -39,7 +39,7 @@ impl McpMethod for Complete {
                 let prompt = find_prompt(ctx, &reference.name)
                     .await?
                     .ok_or_else(|| McpError::InvalidParams(format!("unknown prompt {:?}", reference.name)))?;
-                let declared = prompt.arguments.iter().find(|a| a.name == argument.name).ok_or_else(|| {
+                let declared = prompt.prompt.arguments.iter().find(|a| a.name == argument.name).ok_or_else(|| {
                     McpError::InvalidParams(format!("prompt {:?} has no argument {:?}", reference.name, argument.name))
                 })?;
                 declared.completions.clone().unwrap_or_default().into_iter().collect()

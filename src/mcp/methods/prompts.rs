@@ -10,9 +10,10 @@ use serde_json::value::RawValue;
 use super::resources::{PAGE_SIZE, Page, cursor, list};
 use super::{McpMethod, params};
 use crate::domain::PromptName;
+use crate::domain::content::template_sources;
 use crate::domain::model::{Prompt, Role};
-use crate::domain::prompt::render_messages;
-use crate::domain::render::Budget;
+use crate::domain::prompt::{compile_messages, render_messages};
+use crate::domain::render::{Budget, Compiled};
 use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
 use crate::mcp::types::{
@@ -64,8 +65,23 @@ fn mcp_prompt(prompt: &Prompt) -> McpPrompt {
     listed
 }
 
+/// A stored prompt as the registry cache keeps it: with its messages' templates checked and compiled, so
+/// that `prompts/get` only renders them.
+pub(crate) struct CachedPrompt {
+    pub prompt: Prompt,
+    pub compiled: Compiled,
+}
+
+/// What a cached prompt is counted as, beyond its messages' JSON: the compiled environments' tables and
+/// the compiled instructions, which take a multiple of the templates' sources.
+fn compiled_bytes(prompt: &Prompt) -> usize {
+    const ENVIRONMENTS: usize = 8 * 1024;
+    let sources: usize = prompt.messages.iter().flat_map(|m| template_sources(&m.content)).map(str::len).sum();
+    ENVIRONMENTS + 16 * sources
+}
+
 /// The stored prompt called `name`, through the cache; `None` when there is none (or the name is invalid).
-pub(crate) async fn find_prompt(ctx: &Context<'_>, name: &str) -> Result<Option<Arc<Prompt>>, McpError> {
+pub(crate) async fn find_prompt(ctx: &Context<'_>, name: &str) -> Result<Option<Arc<CachedPrompt>>, McpError> {
     let Ok(parsed) = PromptName::parse(name) else {
         return Ok(None);
     };
@@ -75,9 +91,14 @@ pub(crate) async fn find_prompt(ctx: &Context<'_>, name: &str) -> Result<Option<
         .registry()
         .get_or_load(&ctx.agent.id, Key::Prompt(name.to_owned()), || async move {
             let prompt = store.get_prompt(&agent, &parsed).await?;
-            let bytes =
-                prompt.as_ref().map_or(64, |p| serde_json::to_string(&p.messages).map_or(4096, |s| s.len() + 512));
-            Ok(Loaded { value: prompt.map(Arc::new), bytes: Some(bytes) })
+            let bytes = prompt
+                .as_ref()
+                .map_or(64, |p| serde_json::to_string(&p.messages).map_or(4096, |s| s.len() + 512) + compiled_bytes(p));
+            let cached = prompt.map(|prompt| {
+                let compiled = compile_messages(&prompt.messages);
+                Arc::new(CachedPrompt { prompt, compiled })
+            });
+            Ok(Loaded { value: cached, bytes: Some(bytes) })
         })
         .await?;
     Ok(found.as_ref().clone())
@@ -132,9 +153,10 @@ impl McpMethod for GetPrompt {
     }
 
     async fn apply(self, ctx: &Context<'_>) -> Result<GetPromptResult, McpError> {
-        let prompt = find_prompt(ctx, &self.name)
+        let cached = find_prompt(ctx, &self.name)
             .await?
             .ok_or_else(|| McpError::InvalidParams(format!("unknown prompt {:?}", self.name)))?;
+        let prompt = &cached.prompt;
         if let Some(undeclared) = self.arguments.keys().find(|name| !prompt.arguments.iter().any(|a| &a.name == *name))
         {
             return Err(McpError::InvalidParams(format!(
@@ -154,13 +176,14 @@ impl McpMethod for GetPrompt {
         // blocking pool rather than on an async worker. Fuel only ever ends a render, so a quick render
         // that completes (or fails for another reason) is what the full one would give.
         let mut quick = Budget::quick();
-        let (rendered, budget) = match render_messages(&prompt.messages, &self.arguments, &mut quick) {
+        let (rendered, budget) = match render_messages(&prompt.messages, &cached.compiled, &self.arguments, &mut quick)
+        {
             Err(_) if quick.wants_more_fuel() => {
-                let stored = Arc::clone(&prompt);
+                let stored = Arc::clone(&cached);
                 let arguments = self.arguments;
                 tokio::task::spawn_blocking(move || {
                     let mut budget = Budget::default();
-                    (render_messages(&stored.messages, &arguments, &mut budget), budget)
+                    (render_messages(&stored.prompt.messages, &stored.compiled, &arguments, &mut budget), budget)
                 })
                 .await
                 .map_err(|error| {
