@@ -188,6 +188,24 @@ async fn template_and_directory_reads(backend: Backend) {
     );
     let answer = mcp.legacy("resources/read", json!({"uri": "test://plain/x"})).await;
     assert_eq!(answer.result()["contents"][0]["text"], "any plain/x", "the catch-all, not the textless template");
+    // Fuel: a text that needs more than a quick render's fuel is rendered in full; one that needs more than
+    // the full fuel, or outgrows the output budget with the URI's variables, is -32602.
+    for (template, text) in [
+        ("test://count/{n}", "{% for i in range(1000) %}{{ n }}{% endfor %}"),
+        ("test://runaway/{n}", "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}"),
+        ("test://huge/{n}", "{% for i in range(1000) %}{{ n }}{{ n }}{% endfor %}"),
+    ] {
+        let body = json!({"uriTemplate": template, "name": template, "text": text});
+        assert!(put_template(body).await.unwrap().status().is_success(), "{template}");
+    }
+    for _ in 0..2 {
+        let answer = mcp.legacy("resources/read", json!({"uri": "test://count/ab"})).await;
+        assert_eq!(answer.result()["contents"][0]["text"], "ab".repeat(1000));
+    }
+    let answer = mcp.modern("resources/read", json!({"uri": "test://runaway/1"})).await;
+    assert!(answer.error(StatusCode::OK, -32602)["message"].as_str().unwrap().contains("fuel"));
+    let answer = mcp.legacy("resources/read", json!({"uri": format!("test://huge/{}", "x".repeat(600))})).await;
+    assert!(answer.error(StatusCode::OK, -32602)["message"].as_str().unwrap().contains("output budget"));
     // Rendered URIs never appear in resources/list.
     let listed = mcp.legacy("resources/list", json!({})).await;
     assert!(!listed.result().to_string().contains("test://docs/intro"));

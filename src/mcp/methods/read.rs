@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 
 use super::{McpMethod, params};
 use crate::domain::model::{Content, Resource, ResourceTemplate};
-use crate::domain::render::{self, Budget};
+use crate::domain::render::{Budget, Compiled};
 use crate::domain::{ResourceUri, UriTemplate};
 use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
@@ -138,25 +138,34 @@ async fn directory(ctx: &Context<'_>, dir: &StoredItem) -> Result<Vec<Arc<RawVal
     Ok(contents)
 }
 
-/// The agent's templates that can serve reads: with a `text` and a matchable template.
-async fn readable_templates(ctx: &Context<'_>) -> Result<Arc<Vec<(UriTemplate, ResourceTemplate)>>, McpError> {
+/// The agent's templates that can serve reads (with a `text` and a matchable template), as the registry
+/// cache keeps them: their texts checked and compiled once.
+struct ReadableTemplates {
+    templates: Vec<(UriTemplate, ResourceTemplate)>,
+    compiled: Compiled,
+}
+
+async fn readable_templates(ctx: &Context<'_>) -> Result<Arc<ReadableTemplates>, McpError> {
     let store = ctx.registry().store().clone();
     let agent = ctx.agent.id.clone();
     let templates = ctx
         .registry()
         .get_or_load(&ctx.agent.id, Key::Templates, || async move {
             let rows = store.list_templates(&agent, None, MAX_TEMPLATES).await?;
-            let readable: Vec<(UriTemplate, ResourceTemplate)> = rows
+            let templates: Vec<(UriTemplate, ResourceTemplate)> = rows
                 .into_iter()
                 .filter(|row| row.text.is_some())
                 .filter_map(|row| UriTemplate::parse(&row.uri_template).ok().map(|parsed| (parsed, row)))
                 .filter(|(parsed, _)| parsed.is_matchable())
                 .collect();
-            let bytes = readable
-                .iter()
-                .map(|(_, row)| row.uri_template.len() * 2 + row.text.as_ref().map_or(0, String::len))
-                .sum();
-            Ok(Loaded { value: readable, bytes: Some(bytes) })
+            let compiled = Compiled::new(templates.iter().filter_map(|(_, row)| row.text.as_deref()));
+            // The compiled texts are counted at a multiple of their sources, and their environments once.
+            let bytes = 8 * 1024
+                + templates
+                    .iter()
+                    .map(|(_, row)| row.uri_template.len() * 2 + row.text.as_ref().map_or(0, |text| 17 * text.len()))
+                    .sum::<usize>();
+            Ok(Loaded { value: ReadableTemplates { templates, compiled }, bytes: Some(bytes) })
         })
         .await?;
     Ok(templates)
@@ -164,32 +173,44 @@ async fn readable_templates(ctx: &Context<'_>) -> Result<Arc<Vec<(UriTemplate, R
 
 /// Renders the best matching template's `text` for `uri`: most literal characters, ties by name.
 async fn from_template(ctx: &Context<'_>, uri: &str) -> Result<ResourceContents, McpError> {
-    let templates = readable_templates(ctx).await?;
+    let readable = readable_templates(ctx).await?;
     // One budget for all the matching this read does, however many templates the agent has.
     let mut budget = MatchBudget::per_request();
-    let best = templates
+    let best = readable
+        .templates
         .iter()
-        .filter_map(|(parsed, row)| {
-            match_uri_within(parsed, uri, &mut budget).map(|variables| (parsed, row, variables))
+        .enumerate()
+        .filter_map(|(index, (parsed, row))| {
+            match_uri_within(parsed, uri, &mut budget).map(|variables| (index, parsed, row, variables))
         })
-        .min_by(|(a, a_row, _), (b, b_row, _)| {
+        .min_by(|(_, a, a_row, _), (_, b, b_row, _)| {
             b.literal_len().cmp(&a.literal_len()).then_with(|| a_row.name.cmp(&b_row.name))
         });
-    let Some((_, template, variables)) = best else {
+    let Some((index, _, template, variables)) = best else {
         return Err(ctx.not_found(uri));
     };
     // The variables are pieces of the URI, which is at most `MAX_URI_BYTES` long. Rendering is CPU work up
-    // to the fuel limit: it runs on the blocking pool, with an output budget of its own.
-    let source = template.text.clone().unwrap_or_default();
-    let (rendered, budget) = tokio::task::spawn_blocking(move || {
-        let mut budget = Budget::default();
-        (render::render_with_budget(&source, &variables, &mut budget), budget)
-    })
-    .await
-    .map_err(|error| {
-        tracing::error!(template = %template.uri_template, %error, "rendering a template text did not complete");
-        McpError::Internal
-    })?;
+    // to the fuel limit: it is rendered here with the quick fuel, and only a text that runs out of it is
+    // rendered again, with the full fuel and an output budget of its own, on the blocking pool (as
+    // `prompts/get` does).
+    let source = template.text.as_deref().unwrap_or_default();
+    let mut quick = Budget::quick();
+    let (rendered, budget) = match readable.compiled.render(source, &variables, &mut quick) {
+        Err(_) if quick.wants_more_fuel() => {
+            let readable = Arc::clone(&readable);
+            tokio::task::spawn_blocking(move || {
+                let source = readable.templates.get(index).and_then(|(_, row)| row.text.as_deref()).unwrap_or_default();
+                let mut budget = Budget::default();
+                (readable.compiled.render(source, &variables, &mut budget), budget)
+            })
+            .await
+            .map_err(|error| {
+                tracing::error!(template = %template.uri_template, %error, "rendering a template text did not complete");
+                McpError::Internal
+            })?
+        }
+        rendered => (rendered, quick),
+    };
     let text = rendered.map_err(|message| {
         if budget.is_spent() {
             // The URI's variables took the render over a render limit: the client's params, -32602.
