@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use super::dispatch::Context;
 use super::error::McpError;
+use crate::domain::render::Budget;
 
 /// `completion/complete`.
 pub mod completion;
@@ -48,4 +49,27 @@ pub(crate) fn params<T: DeserializeOwned>(params: Option<&Value>) -> Result<T, M
         None => T::deserialize(&Value::Object(Map::new())),
     };
     parsed.map_err(|error| McpError::InvalidParams(error.to_string()))
+}
+
+/// Renders with a quick budget here, on the async worker, and only when that runs out of the quick fuel
+/// renders again with a full budget on the blocking pool: what a render gives and the budget it charged.
+/// `what` names the render in the log should the blocking task not complete.
+pub(crate) async fn render_bounded<T, F>(what: &str, render: F) -> Result<(Result<T, String>, Budget), McpError>
+where
+    T: Send + 'static,
+    F: Fn(&mut Budget) -> Result<T, String> + Send + 'static,
+{
+    let mut quick = Budget::quick();
+    match render(&mut quick) {
+        Err(_) if quick.wants_more_fuel() => tokio::task::spawn_blocking(move || {
+            let mut budget = Budget::default();
+            (render(&mut budget), budget)
+        })
+        .await
+        .map_err(|error| {
+            tracing::error!(render = what, %error, "a render did not complete");
+            McpError::Internal
+        }),
+        rendered => Ok((rendered, quick)),
+    }
 }

@@ -8,12 +8,12 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::resources::{PAGE_SIZE, Page, cursor, list};
-use super::{McpMethod, params};
+use super::{McpMethod, params, render_bounded};
 use crate::domain::PromptName;
 use crate::domain::content::template_sources;
 use crate::domain::model::{Prompt, Role};
 use crate::domain::prompt::{compile_messages, render_messages};
-use crate::domain::render::{Budget, Compiled};
+use crate::domain::render::Compiled;
 use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
 use crate::mcp::types::{
@@ -175,24 +175,12 @@ impl McpMethod for GetPrompt {
         // the quick fuel, and only one that runs out of it is rendered again, with the full fuel, on the
         // blocking pool rather than on an async worker. Fuel only ever ends a render, so a quick render
         // that completes (or fails for another reason) is what the full one would give.
-        let mut quick = Budget::quick();
-        let (rendered, budget) = match render_messages(&prompt.messages, &cached.compiled, &self.arguments, &mut quick)
-        {
-            Err(_) if quick.wants_more_fuel() => {
-                let stored = Arc::clone(&cached);
-                let arguments = self.arguments;
-                tokio::task::spawn_blocking(move || {
-                    let mut budget = Budget::default();
-                    (render_messages(&stored.prompt.messages, &stored.compiled, &arguments, &mut budget), budget)
-                })
-                .await
-                .map_err(|error| {
-                    tracing::error!(prompt = %prompt.name, %error, "rendering a prompt did not complete");
-                    McpError::Internal
-                })?
-            }
-            rendered => (rendered, quick),
-        };
+        let stored = Arc::clone(&cached);
+        let arguments = self.arguments;
+        let (rendered, budget) = render_bounded(prompt.name.as_str(), move |budget| {
+            render_messages(&stored.prompt.messages, &stored.compiled, &arguments, budget)
+        })
+        .await?;
         let rendered =
             rendered.map_err(
                 |message| {

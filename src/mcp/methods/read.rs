@@ -9,9 +9,9 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{McpMethod, params};
+use super::{McpMethod, params, render_bounded};
 use crate::domain::model::{Content, Resource, ResourceTemplate};
-use crate::domain::render::{Budget, Compiled};
+use crate::domain::render::Compiled;
 use crate::domain::{ResourceUri, UriTemplate};
 use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
@@ -193,23 +193,13 @@ async fn from_template(ctx: &Context<'_>, uri: &str) -> Result<ResourceContents,
     // to the fuel limit: it is rendered here with the quick fuel, and only a text that runs out of it is
     // rendered again, with the full fuel and an output budget of its own, on the blocking pool (as
     // `prompts/get` does).
-    let source = template.text.as_deref().unwrap_or_default();
-    let mut quick = Budget::quick();
-    let (rendered, budget) = match readable.compiled.render(source, &variables, &mut quick) {
-        Err(_) if quick.wants_more_fuel() => {
-            let readable = Arc::clone(&readable);
-            tokio::task::spawn_blocking(move || {
-                let source = readable.templates.get(index).and_then(|(_, row)| row.text.as_deref()).unwrap_or_default();
-                let mut budget = Budget::default();
-                (readable.compiled.render(source, &variables, &mut budget), budget)
-            })
-            .await
-            .map_err(|error| {
-                tracing::error!(template = %template.uri_template, %error, "rendering a template text did not complete");
-                McpError::Internal
-            })?
-        }
-        rendered => (rendered, quick),
+    let (rendered, budget) = {
+        let readable = Arc::clone(&readable);
+        render_bounded(&template.uri_template, move |budget| {
+            let source = readable.templates.get(index).and_then(|(_, row)| row.text.as_deref()).unwrap_or_default();
+            readable.compiled.render(source, &variables, budget)
+        })
+        .await?
     };
     let text = rendered.map_err(|message| {
         if budget.is_spent() {
