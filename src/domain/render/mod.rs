@@ -4,7 +4,8 @@
 //! - when a template is stored, [`compile_check`] refuses whatever lies outside a small subset of MiniJinja
 //!   (no assignments, macros, includes, repetition operators or method calls; only the filters, tests and
 //!   functions of an allow-list; a limit on variable references per template and per expression; the
-//!   `check` module has the rules). The same rules are checked again before every render;
+//!   `check` module has the rules). The same rules are checked again before a template is compiled for
+//!   serving ([`Compiled`]) or rendered from its source;
 //! - every byte of output and every byte a filter builds is charged to one [`Budget`] per request (all the
 //!   messages of a prompt share one); a filter that can build more than its input sizes its result before
 //!   building it and fails when the budget would be exceeded;
