@@ -16,10 +16,8 @@ pub const GENESIS: &str = "";
 
 /// `hex(SHA-256(prev || "\n" || fields))`, the fields serialised as one compact JSON array in a fixed order.
 pub fn chain_hash(prev: &str, record: &AuditRecord, seq: i64) -> String {
-    // Serialised into one buffer without building a JSON value first (the writer hashes every MCP request's
-    // record), then hashed in one call rather than a call per token. Strings, numbers and nulls always
-    // serialise, so the default is never taken.
-    let fields = serde_json::to_vec(&ChainFields { record, seq }).unwrap_or_default();
+    // Hashed in one call rather than a call per token; the writer hashes every MCP request's record.
+    let fields = chain_fields(record, seq);
     let mut hasher = Sha256::new();
     hasher.update(prev.as_bytes());
     hasher.update(b"\n");
@@ -27,40 +25,96 @@ pub fn chain_hash(prev: &str, record: &AuditRecord, seq: i64) -> String {
     crate::domain::hex(hasher.finalize())
 }
 
-/// The hashed fields of a record at position `seq`, serialised as a JSON array.
-struct ChainFields<'a> {
-    record: &'a AuditRecord,
-    seq: i64,
+/// The hashed fields of a record at position `seq`: the compact JSON array serde_json writes for them,
+/// byte for byte (stored chains must keep verifying), written straight into one buffer. A string with
+/// nothing to escape, as nearly every field is, is copied whole instead of byte by byte.
+fn chain_fields(record: &AuditRecord, seq: i64) -> Vec<u8> {
+    let mut fields = JsonArray::with_capacity(512);
+    fields.string(&record.id);
+    fields.string(&record.agent_id);
+    fields.number(seq);
+    fields.number(record.occurred_at.as_micros());
+    fields.string(&record.kind);
+    fields.string(&record.actor);
+    fields.string(&record.action);
+    fields.string(&record.target);
+    fields.optional_string(record.before_digest.as_deref());
+    fields.optional_string(record.after_digest.as_deref());
+    fields.optional_string(record.request_id.as_deref());
+    fields.optional_string(record.key_id.as_deref());
+    fields.optional_string(record.key_prefix.as_deref());
+    fields.optional_string(record.session_id.as_deref());
+    fields.optional_string(record.method.as_deref());
+    fields.optional_string(record.outcome.as_deref());
+    fields.optional_number(record.error_code.map(i64::from));
+    fields.optional_number(record.bytes_out);
+    fields.optional_number(record.latency_us);
+    fields.optional_string(record.client_ip.as_deref());
+    fields.optional_string(record.user_agent.as_deref());
+    fields.optional_string(record.trace_id.as_deref());
+    fields.finish()
 }
 
-impl serde::Serialize for ChainFields<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeTuple;
-        let record = self.record;
-        let mut fields = serializer.serialize_tuple(22)?;
-        fields.serialize_element(&record.id)?;
-        fields.serialize_element(&record.agent_id)?;
-        fields.serialize_element(&self.seq)?;
-        fields.serialize_element(&record.occurred_at.as_micros())?;
-        fields.serialize_element(&record.kind)?;
-        fields.serialize_element(&record.actor)?;
-        fields.serialize_element(&record.action)?;
-        fields.serialize_element(&record.target)?;
-        fields.serialize_element(&record.before_digest)?;
-        fields.serialize_element(&record.after_digest)?;
-        fields.serialize_element(&record.request_id)?;
-        fields.serialize_element(&record.key_id)?;
-        fields.serialize_element(&record.key_prefix)?;
-        fields.serialize_element(&record.session_id)?;
-        fields.serialize_element(&record.method)?;
-        fields.serialize_element(&record.outcome)?;
-        fields.serialize_element(&record.error_code)?;
-        fields.serialize_element(&record.bytes_out)?;
-        fields.serialize_element(&record.latency_us)?;
-        fields.serialize_element(&record.client_ip)?;
-        fields.serialize_element(&record.user_agent)?;
-        fields.serialize_element(&record.trace_id)?;
-        fields.end()
+/// A compact JSON array written element by element, as serde_json writes one.
+struct JsonArray {
+    out: Vec<u8>,
+}
+
+impl JsonArray {
+    fn with_capacity(capacity: usize) -> Self {
+        let mut out = Vec::with_capacity(capacity);
+        out.push(b'[');
+        Self { out }
+    }
+
+    fn separate(&mut self) {
+        if self.out.len() > 1 {
+            self.out.push(b',');
+        }
+    }
+
+    fn string(&mut self, value: &str) {
+        self.separate();
+        // serde_json escapes control characters, '"' and '\\' and nothing else. Every byte is looked at
+        // without an early exit, which the compiler turns into a few wide comparisons.
+        let escaped = value.bytes().fold(false, |seen, byte| seen | (byte < 0x20 || byte == b'"' || byte == b'\\'));
+        if escaped {
+            // Writing a string into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut self.out, value);
+        } else {
+            self.out.push(b'"');
+            self.out.extend_from_slice(value.as_bytes());
+            self.out.push(b'"');
+        }
+    }
+
+    fn optional_string(&mut self, value: Option<&str>) {
+        match value {
+            Some(value) => self.string(value),
+            None => self.null(),
+        }
+    }
+
+    fn number(&mut self, value: i64) {
+        self.separate();
+        self.out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+    }
+
+    fn optional_number(&mut self, value: Option<i64>) {
+        match value {
+            Some(value) => self.number(value),
+            None => self.null(),
+        }
+    }
+
+    fn null(&mut self) {
+        self.separate();
+        self.out.extend_from_slice(b"null");
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        self.out.push(b']');
+        self.out
     }
 }
 
@@ -213,6 +267,64 @@ mod tests {
         hasher.update(b"prev\n");
         hasher.update(fields.as_bytes());
         assert_eq!(chain_hash("prev", &record, 7), hex::encode(hasher.finalize()));
+    }
+
+    /// The fields are written as serde_json writes the same array, for every character it escapes or not.
+    #[test]
+    fn the_fields_are_written_as_serde_json_writes_them() {
+        let every_ascii: String = (0u8..0x80).map(char::from).collect();
+        let values = ["", "plain", "a\"b", "back\\slash", "line\nbreak\ttab\r", "\u{7f}\u{e9}\u{1f600}", "\u{0}"];
+        for (index, value) in values.iter().copied().chain([every_ascii.as_str()]).enumerate() {
+            let record = AuditRecord {
+                id: value.to_owned(),
+                agent_id: "bot".to_owned(),
+                occurred_at: Timestamp::from_micros(-5),
+                kind: value.to_owned(),
+                actor: value.to_owned(),
+                action: value.to_owned(),
+                target: value.to_owned(),
+                before_digest: (index % 2 == 0).then(|| value.to_owned()),
+                request_id: Some(value.to_owned()),
+                session_id: (index % 3 == 0).then(|| value.to_owned()),
+                error_code: (index % 2 == 1).then_some(i32::MIN),
+                bytes_out: Some(i64::MAX),
+                latency_us: (index % 2 == 0).then_some(0),
+                user_agent: Some(value.to_owned()),
+                trace_id: (index % 2 == 1).then(|| value.to_owned()),
+                ..AuditRecord::default()
+            };
+            let r = &record;
+            let expected = serde_json::to_vec(&serde_json::json!([
+                r.id,
+                r.agent_id,
+                -9,
+                r.occurred_at.as_micros(),
+                r.kind,
+                r.actor,
+                r.action,
+                r.target,
+                r.before_digest,
+                r.after_digest,
+                r.request_id,
+                r.key_id,
+                r.key_prefix,
+                r.session_id,
+                r.method,
+                r.outcome,
+                r.error_code,
+                r.bytes_out,
+                r.latency_us,
+                r.client_ip,
+                r.user_agent,
+                r.trace_id
+            ]))
+            .expect("serialisable");
+            assert_eq!(
+                String::from_utf8_lossy(&chain_fields(&record, -9)),
+                String::from_utf8_lossy(&expected),
+                "{value:?}"
+            );
+        }
     }
 
     #[test]
