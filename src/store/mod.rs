@@ -28,6 +28,17 @@ pub mod sqlite;
 #[cfg(test)]
 mod tests;
 
+/// Runs `work`, milliseconds of CPU such as hashing or encoding a batch of thousands of audit records,
+/// without holding up the requests queued on this worker thread: on the multi-threaded runtime they move to
+/// another thread while it runs (`block_in_place`), and the system schedules it beside them. Elsewhere (a
+/// single-threaded runtime, as in tests) it runs in place.
+pub(crate) fn off_the_workers<R>(work: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current().map(|runtime| runtime.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
+}
+
 /// Failures of the store, split by what the caller can do about them.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

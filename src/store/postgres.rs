@@ -123,9 +123,30 @@ impl PgStore {
     /// per column, which must take apart and re-zip two dozen arrays (bench/README.md).
     async fn insert_audit_rows(tx: &mut Transaction<'static, Postgres>, records: &[AuditRecord]) -> StoreResult<()> {
         const COLUMNS: i16 = 26;
+        // Encoding thousands of records is milliseconds of work.
+        let data = super::off_the_workers(|| Self::encode_audit_rows(records, COLUMNS))
+            .ok_or_else(|| StoreError::Invalid("an audit record field exceeds 2 GiB".to_owned()))?;
+        let mut copy = tx
+            .copy_in_raw(concat!("copy audit (", audit_insert_columns!(), ") from stdin (format binary)"))
+            .await
+            .map_err(Self::error)?;
+        if copy.num_columns() != COLUMNS as usize {
+            let columns = copy.num_columns();
+            copy.abort("column count").await.map_err(Self::error)?;
+            return Err(StoreError::Corrupt(format!(
+                "the audit COPY names {columns} columns, the encoder writes {COLUMNS}"
+            )));
+        }
+        copy.send(data).await.map_err(Self::error)?;
+        copy.finish().await.map_err(Self::error)?;
+        Ok(())
+    }
+
+    /// The binary `COPY` data of `records`, `columns` fields each; `None` when a field exceeds 2 GiB.
+    fn encode_audit_rows(records: &[AuditRecord], columns: i16) -> Option<Vec<u8>> {
         let mut rows = BinaryRows::with_capacity(records.len() * 512);
         for record in records {
-            rows.row(COLUMNS);
+            rows.row(columns);
             rows.text(&record.id);
             rows.text(&record.agent_id);
             rows.int8(record.occurred_at.as_micros());
@@ -154,22 +175,7 @@ impl PgStore {
             rows.int8(record.occurred_at.as_micros());
             rows.int8(record.occurred_at.as_micros());
         }
-        let data =
-            rows.finish().ok_or_else(|| StoreError::Invalid("an audit record field exceeds 2 GiB".to_owned()))?;
-        let mut copy = tx
-            .copy_in_raw(concat!("copy audit (", audit_insert_columns!(), ") from stdin (format binary)"))
-            .await
-            .map_err(Self::error)?;
-        if copy.num_columns() != COLUMNS as usize {
-            let columns = copy.num_columns();
-            copy.abort("column count").await.map_err(Self::error)?;
-            return Err(StoreError::Corrupt(format!(
-                "the audit COPY names {columns} columns, the encoder writes {COLUMNS}"
-            )));
-        }
-        copy.send(data).await.map_err(Self::error)?;
-        copy.finish().await.map_err(Self::error)?;
-        Ok(())
+        rows.finish()
     }
 }
 

@@ -337,19 +337,17 @@ macro_rules! impl_store {
                         .fetch_one(&mut **tx)
                         .await
                         .map_err(Self::error)?;
-                        let mut seq = last - count;
-                        for record in records.iter_mut().filter(|record| &record.agent_id == agent) {
-                            // A batch holds thousands of records: hashing them all in one go would hold up
-                            // the requests waiting for this worker thread for milliseconds.
-                            if seq % 256 == 0 {
-                                tokio::task::yield_now().await;
+                        // A batch holds thousands of records: hashing them is milliseconds of work.
+                        $crate::store::off_the_workers(|| {
+                            let mut seq = last - count;
+                            for record in records.iter_mut().filter(|record| &record.agent_id == agent) {
+                                seq += 1;
+                                record.chain_seq = Some(seq);
+                                record.prev_hash = Some(hash.clone());
+                                hash = $crate::domain::audit::chain_hash(&hash, record, seq);
+                                record.hash = Some(hash.clone());
                             }
-                            seq += 1;
-                            record.chain_seq = Some(seq);
-                            record.prev_hash = Some(hash.clone());
-                            hash = $crate::domain::audit::chain_hash(&hash, record, seq);
-                            record.hash = Some(hash.clone());
-                        }
+                        });
                         sqlx::query::<$db>("update audit_chain set head = $2 where agent_id = $1")
                             .bind(agent.as_str())
                             .bind(&hash)
