@@ -118,6 +118,56 @@ impl PgStore {
         store_error(error)
     }
 
+    /// Reserves the positions of a batch's records in their agents' chains with one statement, whatever the
+    /// number of agents (a statement per agent cost a round trip each: thousands per batch when requests
+    /// spread over thousands of agents). The heads are inserted and locked in the order of the sorted agents.
+    async fn reserve_audit_positions(
+        tx: &mut Transaction<'static, Postgres>,
+        counts: &[(String, i64)],
+    ) -> StoreResult<Vec<(i64, String)>> {
+        let agents: Vec<&str> = counts.iter().map(|(agent, _)| agent.as_str()).collect();
+        let numbers: Vec<i64> = counts.iter().map(|(_, count)| *count).collect();
+        let rows = sqlx::query_as::<Postgres, (String, i64, String)>(
+            "insert into audit_chain (agent_id, seq, head) \
+             select agent_id, count, '' from unnest($1::text[], $2::bigint[]) as batch (agent_id, count) \
+             order by agent_id collate \"C\" \
+             on conflict (agent_id) do update set seq = audit_chain.seq + excluded.seq \
+             returning agent_id, seq, head",
+        )
+        .bind(&agents)
+        .bind(&numbers)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(Self::error)?;
+        let mut heads: std::collections::HashMap<String, (i64, String)> =
+            rows.into_iter().map(|(agent, seq, head)| (agent, (seq, head))).collect();
+        agents
+            .iter()
+            .map(|agent| {
+                heads
+                    .remove(*agent)
+                    .ok_or_else(|| StoreError::Corrupt(format!("no audit chain head was returned for agent {agent}")))
+            })
+            .collect()
+    }
+
+    /// Sets the head hash of every agent of a batch with one statement.
+    async fn store_audit_heads(tx: &mut Transaction<'static, Postgres>, heads: &[(&str, String)]) -> StoreResult<()> {
+        let agents: Vec<&str> = heads.iter().map(|(agent, _)| *agent).collect();
+        let hashes: Vec<&str> = heads.iter().map(|(_, hash)| hash.as_str()).collect();
+        sqlx::query::<Postgres>(
+            "update audit_chain set head = batch.head \
+             from unnest($1::text[], $2::text[]) as batch (agent_id, head) \
+             where audit_chain.agent_id = batch.agent_id",
+        )
+        .bind(&agents)
+        .bind(&hashes)
+        .execute(&mut **tx)
+        .await
+        .map_err(Self::error)?;
+        Ok(())
+    }
+
     /// Appends chained audit rows with one `COPY … FROM STDIN` in binary format, whatever their number. It
     /// costs PostgreSQL about a quarter less CPU per row than an `insert … select … from unnest(…)` of one array
     /// per column, which must take apart and re-zip two dozen arrays (bench/README.md).

@@ -224,6 +224,11 @@ pub(super) use {
 /// - `async fn commit(&self, tx, messages: Vec<BusMessage>) -> StoreResult<()>`: commits and makes sure the
 ///   messages reach every replica's bus exactly when the change is visible;
 /// - `async fn run_migrations(&self) -> StoreResult<()>`;
+/// - `async fn reserve_audit_positions(tx, counts: &[(String, i64)]) -> StoreResult<Vec<(i64, String)>>`: for
+///   each agent (sorted, distinct) and its number of new records, moves its chain head's position on by that
+///   many, creating the head when missing, locking the heads in the order given; returns each head's new
+///   position and its hash, in the same order;
+/// - `async fn store_audit_heads(tx, heads: &[(&str, String)]) -> StoreResult<()>`: sets each agent's head hash;
 /// - `async fn insert_audit_rows(tx, records: &[AuditRecord]) -> StoreResult<()>`: inserts chained audit rows
 ///   (in the columns of `audit_insert_columns!`) the backend's fastest way;
 /// - `fn error(error: sqlx::Error) -> StoreError`.
@@ -318,43 +323,40 @@ macro_rules! impl_store {
                     Self::append_audit_in(tx, std::slice::from_mut(&mut record)).await
                 }
 
-                /// Appends `records` to their agents' hash chains and stores them, inside `tx`. Each agent's
-                /// head row is locked (agents in sorted order, so concurrent writers never deadlock) by the
-                /// statement that reserves the records' positions.
+                /// Appends `records` to their agents' hash chains and stores them, inside `tx`, leaving them
+                /// sorted by agent (each agent's in the order they came). The statement that reserves the
+                /// records' positions locks each agent's head row (agents in sorted order, so concurrent
+                /// writers never deadlock); a batch costs the same few statements however many agents it
+                /// spans, and its rows reach the indexes that lead with the agent in their order.
                 async fn append_audit_in(tx: &mut Tx, records: &mut [AuditRecord]) -> StoreResult<()> {
-                    let mut agents: Vec<String> = records.iter().map(|record| record.agent_id.clone()).collect();
-                    agents.sort_unstable();
-                    agents.dedup();
-                    for agent in &agents {
-                        let count = records.iter().filter(|record| &record.agent_id == agent).count() as i64;
-                        let (last, mut hash) = sqlx::query_as::<$db, (i64, String)>(
-                            "insert into audit_chain (agent_id, seq, head) values ($1, $2, '') \
-                             on conflict (agent_id) do update set seq = audit_chain.seq + excluded.seq \
-                             returning seq, head",
-                        )
-                        .bind(agent.as_str())
-                        .bind(count)
-                        .fetch_one(&mut **tx)
-                        .await
-                        .map_err(Self::error)?;
-                        // A batch holds thousands of records: hashing them is milliseconds of work.
-                        $crate::store::off_the_workers(|| {
+                    // Stable: each agent's records keep their order, which is their order in its chain.
+                    records.sort_by(|a, b| a.agent_id.cmp(&b.agent_id));
+                    let mut counts: Vec<(String, i64)> = Vec::new();
+                    for record in records.iter() {
+                        match counts.last_mut() {
+                            Some((agent, count)) if *agent == record.agent_id => *count += 1,
+                            _ => counts.push((record.agent_id.clone(), 1)),
+                        }
+                    }
+                    let reserved = Self::reserve_audit_positions(tx, &counts).await?;
+                    // A batch holds thousands of records: hashing them is milliseconds of work.
+                    let heads = $crate::store::off_the_workers(|| {
+                        let mut heads = Vec::with_capacity(counts.len());
+                        let mut next = records.iter_mut();
+                        for ((agent, count), (last, mut hash)) in counts.iter().zip(reserved) {
                             let mut seq = last - count;
-                            for record in records.iter_mut().filter(|record| &record.agent_id == agent) {
+                            for record in next.by_ref().take(*count as usize) {
                                 seq += 1;
                                 record.chain_seq = Some(seq);
-                                record.prev_hash = Some(hash.clone());
-                                hash = $crate::domain::audit::chain_hash(&hash, record, seq);
+                                let new = $crate::domain::audit::chain_hash(&hash, record, seq);
+                                record.prev_hash = Some(std::mem::replace(&mut hash, new));
                                 record.hash = Some(hash.clone());
                             }
-                        });
-                        sqlx::query::<$db>("update audit_chain set head = $2 where agent_id = $1")
-                            .bind(agent.as_str())
-                            .bind(&hash)
-                            .execute(&mut **tx)
-                            .await
-                            .map_err(Self::error)?;
-                    }
+                            heads.push((agent.as_str(), hash));
+                        }
+                        heads
+                    });
+                    Self::store_audit_heads(tx, &heads).await?;
                     Self::insert_audit_rows(tx, records).await
                 }
 

@@ -146,6 +146,42 @@ impl SqliteStore {
         classify(error, is_unavailable)
     }
 
+    /// Reserves the positions of a batch's records in their agents' chains, a statement per agent: SQLite runs
+    /// in the process, so a statement costs no round trip, and its one writer needs no lock order.
+    async fn reserve_audit_positions(
+        tx: &mut Transaction<'static, Sqlite>,
+        counts: &[(String, i64)],
+    ) -> StoreResult<Vec<(i64, String)>> {
+        let mut reserved = Vec::with_capacity(counts.len());
+        for (agent, count) in counts {
+            let head = sqlx::query_as::<Sqlite, (i64, String)>(
+                "insert into audit_chain (agent_id, seq, head) values ($1, $2, '') \
+                 on conflict (agent_id) do update set seq = audit_chain.seq + excluded.seq \
+                 returning seq, head",
+            )
+            .bind(agent.as_str())
+            .bind(count)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(Self::error)?;
+            reserved.push(head);
+        }
+        Ok(reserved)
+    }
+
+    /// Sets the head hash of every agent of a batch.
+    async fn store_audit_heads(tx: &mut Transaction<'static, Sqlite>, heads: &[(&str, String)]) -> StoreResult<()> {
+        for (agent, hash) in heads {
+            sqlx::query::<Sqlite>("update audit_chain set head = $2 where agent_id = $1")
+                .bind(*agent)
+                .bind(hash.as_str())
+                .execute(&mut **tx)
+                .await
+                .map_err(Self::error)?;
+        }
+        Ok(())
+    }
+
     /// Inserts chained audit rows: multi-row inserts of [`AUDIT_ROWS_PER_INSERT`] rows, one statement per
     /// chunk instead of a round trip per record.
     async fn insert_audit_rows(tx: &mut Transaction<'static, Sqlite>, records: &[AuditRecord]) -> StoreResult<()> {
