@@ -195,6 +195,44 @@ macro_rules! audit_insert_columns {
     };
 }
 
+/// A multi-row `insert` of chained audit rows (in the columns of `audit_insert_columns!`) into the backend's
+/// query builder: `audit_insert!(Database, records)`.
+macro_rules! audit_insert {
+    ($db:ty, $records:expr) => {{
+        let mut insert = sqlx::QueryBuilder::<$db>::new(concat!("insert into audit (", audit_insert_columns!(), ") "));
+        insert.push_values($records, |mut row, record| {
+            let at = record.occurred_at.as_micros();
+            row.push_bind(&record.id)
+                .push_bind(&record.agent_id)
+                .push_bind(at)
+                .push_bind(&record.kind)
+                .push_bind(&record.actor)
+                .push_bind(&record.action)
+                .push_bind(&record.target)
+                .push_bind(&record.before_digest)
+                .push_bind(&record.after_digest)
+                .push_bind(&record.request_id)
+                .push_bind(&record.key_id)
+                .push_bind(&record.key_prefix)
+                .push_bind(&record.session_id)
+                .push_bind(&record.method)
+                .push_bind(&record.outcome)
+                .push_bind(record.error_code)
+                .push_bind(record.bytes_out)
+                .push_bind(record.latency_us)
+                .push_bind(&record.client_ip)
+                .push_bind(&record.user_agent)
+                .push_bind(&record.trace_id)
+                .push_bind(record.chain_seq)
+                .push_bind(&record.prev_hash)
+                .push_bind(&record.hash)
+                .push_bind(at)
+                .push_bind(at);
+        });
+        insert
+    }};
+}
+
 macro_rules! audit_columns {
     () => {
         "audit_id, agent_id, occurred_at, kind, actor, action, target, before_digest, after_digest, request_id, \
@@ -210,7 +248,7 @@ macro_rules! prompt_columns {
 }
 
 pub(super) use {
-    agent_columns, audit_columns, audit_insert_columns, key_columns, prompt_columns, resource_columns,
+    agent_columns, audit_columns, audit_insert, audit_insert_columns, key_columns, prompt_columns, resource_columns,
     resource_content_columns, template_columns,
 };
 

@@ -15,10 +15,10 @@ use std::time::Duration;
 use sqlx::error::DatabaseError;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{QueryBuilder, Sqlite, Transaction};
+use sqlx::{Sqlite, Transaction};
 use tokio::sync::Mutex;
 
-use super::sql::{audit_insert_columns, classify, classify_migration, impl_store};
+use super::sql::{audit_insert, audit_insert_columns, classify, classify_migration, impl_store};
 use super::{Quotas, StoreError, StoreResult};
 use crate::config::DatabaseConfig;
 use crate::domain::model::AuditRecord;
@@ -186,36 +186,7 @@ impl SqliteStore {
     /// chunk instead of a round trip per record.
     async fn insert_audit_rows(tx: &mut Transaction<'static, Sqlite>, records: &[AuditRecord]) -> StoreResult<()> {
         for chunk in records.chunks(AUDIT_ROWS_PER_INSERT) {
-            let mut insert = QueryBuilder::<Sqlite>::new(concat!("insert into audit (", audit_insert_columns!(), ") "));
-            insert.push_values(chunk, |mut row, record| {
-                let at = record.occurred_at.as_micros();
-                row.push_bind(&record.id)
-                    .push_bind(&record.agent_id)
-                    .push_bind(at)
-                    .push_bind(&record.kind)
-                    .push_bind(&record.actor)
-                    .push_bind(&record.action)
-                    .push_bind(&record.target)
-                    .push_bind(&record.before_digest)
-                    .push_bind(&record.after_digest)
-                    .push_bind(&record.request_id)
-                    .push_bind(&record.key_id)
-                    .push_bind(&record.key_prefix)
-                    .push_bind(&record.session_id)
-                    .push_bind(&record.method)
-                    .push_bind(&record.outcome)
-                    .push_bind(record.error_code)
-                    .push_bind(record.bytes_out)
-                    .push_bind(record.latency_us)
-                    .push_bind(&record.client_ip)
-                    .push_bind(&record.user_agent)
-                    .push_bind(&record.trace_id)
-                    .push_bind(record.chain_seq)
-                    .push_bind(&record.prev_hash)
-                    .push_bind(&record.hash)
-                    .push_bind(at)
-                    .push_bind(at);
-            });
+            let mut insert = audit_insert!(Sqlite, chunk);
             insert.build().execute(&mut **tx).await.map_err(Self::error)?;
         }
         Ok(())

@@ -442,14 +442,16 @@ async fn verify_chains(store: &dyn Store) -> Result<Vec<(String, i64)>, Box<dyn 
     Ok(heads.into_iter().map(|head| (head.agent_id, head.seq)).collect())
 }
 
-/// Batches of MCP audit records larger than one insert statement, for one busy agent interleaved with a
-/// hundred others: every record is stored, and each agent's chain verifies from the first to the head,
-/// across two batches.
+/// Batches of MCP audit records, large ones and a small one, for one busy agent interleaved with a hundred
+/// others: every record is stored, and each agent's chain verifies from the first to the head, across the
+/// batches.
 async fn large_audit_batches(store: &dyn Store) -> TestResult {
     let agent = |n: i64| if n % 3 == 0 { "busy".to_owned() } else { format!("agent-{:03}", n % 101) };
     let mut records: Vec<AuditRecord> = (0..1_234).map(|n| mcp_record(&agent(n), n)).collect();
     store.append_audit(&mut records[..600]).await?;
-    store.append_audit(&mut records[600..]).await?;
+    // A small batch too: PostgreSQL writes it by `insert` rather than by `COPY`.
+    store.append_audit(&mut records[600..603]).await?;
+    store.append_audit(&mut records[603..]).await?;
     let mut expected = std::collections::BTreeMap::new();
     for n in 0..1_234 {
         *expected.entry(agent(n)).or_insert(0) += 1;
