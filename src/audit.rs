@@ -177,7 +177,7 @@ impl Batcher {
     async fn write(&self, batch: &mut Vec<AuditRecord>) {
         if self.write_whole(batch).await {
             // Thousands of records, a dozen allocations each, are freed.
-            crate::store::off_the_workers(|| batch.clear());
+            crate::store::off_the_workers(batch.len(), || batch.clear());
             return;
         }
         let mut pending = vec![batch.split_off(0)];

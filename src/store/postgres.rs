@@ -180,11 +180,13 @@ impl PgStore {
         const COLUMNS: i16 = 26;
         if records.len() < AUDIT_COPY_FROM {
             let mut insert = audit_insert!(Postgres, records);
-            insert.build().execute(&mut **tx).await.map_err(Self::error)?;
+            // Each number of rows is a statement of its own: only an admin change's one-row insert is kept
+            // prepared, so the others do not push the connection's prepared statements out of its cache.
+            insert.build().persistent(records.len() == 1).execute(&mut **tx).await.map_err(Self::error)?;
             return Ok(());
         }
         // Encoding thousands of records is milliseconds of work.
-        let data = super::off_the_workers(|| Self::encode_audit_rows(records, COLUMNS))
+        let data = super::off_the_workers(records.len(), || Self::encode_audit_rows(records, COLUMNS))
             .ok_or_else(|| StoreError::Invalid("an audit record field exceeds 2 GiB".to_owned()))?;
         let mut copy = tx
             .copy_in_raw(concat!("copy audit (", audit_insert_columns!(), ") from stdin (format binary)"))

@@ -378,7 +378,7 @@ macro_rules! impl_store {
                     }
                     let reserved = Self::reserve_audit_positions(tx, &counts).await?;
                     // A batch holds thousands of records: hashing them is milliseconds of work.
-                    let heads = $crate::store::off_the_workers(|| {
+                    let heads = $crate::store::off_the_workers(records.len(), || {
                         let mut heads = Vec::with_capacity(counts.len());
                         let mut next = records.iter_mut();
                         for ((agent, count), (last, mut hash)) in counts.iter().zip(reserved) {
