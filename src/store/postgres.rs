@@ -168,12 +168,11 @@ impl PgStore {
         Ok(())
     }
 
-    /// Appends chained audit rows with one `COPY … FROM STDIN` in binary format, whatever their number. It
-    /// costs PostgreSQL about a quarter less CPU per row than an `insert … select … from unnest(…)` of one array
-    /// per column, which must take apart and re-zip two dozen arrays (bench/README.md).
+    /// Appends chained audit rows: a batch of [`AUDIT_COPY_FROM`] or more with one `COPY … FROM STDIN` in
+    /// binary format, which costs PostgreSQL about a quarter less CPU per row than an `insert … select … from
+    /// unnest(…)` of one array per column, which must take apart and re-zip two dozen arrays (bench/README.md).
     ///
-    /// Fewer than [`AUDIT_COPY_FROM`] rows, an admin change's one among them, go in one multi-row `insert`
-    /// instead: the driver sends `COPY`'s end as a write of its own after the data, which without
+    /// Fewer rows, an admin change's one among them, go in one multi-row `insert` instead: the driver sends `COPY`'s end as a write of its own after the data, which without
     /// `TCP_NODELAY` (the driver sets none) waits for the server's delayed acknowledgement of the data, about
     /// 40 ms, while an `insert` goes out in one write.
     async fn insert_audit_rows(tx: &mut Transaction<'static, Postgres>, records: &[AuditRecord]) -> StoreResult<()> {

@@ -520,6 +520,14 @@ async fn postgres_concurrent_audit_batches() -> TestResult {
 /// dropped alone, counted, and the records of its batch are written, their chain intact.
 #[tokio::test]
 async fn postgres_audit_writer_drops_only_what_the_database_refuses() -> TestResult {
+    // A small batch goes in by `insert`, a large one by `COPY` (whose halves, split down, go by `insert`).
+    audit_writer_drops_only_what_the_database_refuses(8, 5).await?;
+    audit_writer_drops_only_what_the_database_refuses(200, 137).await
+}
+
+/// `count` records of one agent, the `bad`th with a NUL PostgreSQL refuses, through the audit writer in one
+/// batch: the others are written and chained, the bad one alone is dropped and counted.
+async fn audit_writer_drops_only_what_the_database_refuses(count: usize, bad: usize) -> TestResult {
     use std::sync::atomic::Ordering;
 
     use crate::audit::AuditWriter;
@@ -528,9 +536,9 @@ async fn postgres_audit_writer_drops_only_what_the_database_refuses() -> TestRes
 
     let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
     let store: Arc<dyn Store> = Arc::new(pg_store(&db.url).await?);
-    let config = AuditConfig { batch_size: 8, flush_interval_ms: 3_600_000, ..AuditConfig::default() };
+    let config = AuditConfig { batch_size: count, flush_interval_ms: 3_600_000, ..AuditConfig::default() };
     let (writer, task) = AuditWriter::start(store.clone(), &config);
-    for n in 0..8 {
+    for n in 0..count {
         writer.record(AuditRecord {
             id: uuid::Uuid::now_v7().to_string(),
             agent_id: "one".to_owned(),
@@ -538,28 +546,30 @@ async fn postgres_audit_writer_drops_only_what_the_database_refuses() -> TestRes
             kind: "mcp".to_owned(),
             actor: "key:k".to_owned(),
             action: "resources/read".to_owned(),
-            target: if n == 5 { "test://bad\0".to_owned() } else { format!("test://{n}") },
+            target: if n == bad { "test://bad\0".to_owned() } else { format!("test://{n:03}") },
             ..AuditRecord::default()
         });
     }
     let stats = writer.stats().clone();
     task.stop(Duration::from_secs(10)).await;
-    assert_eq!(stats.written.load(Ordering::Relaxed), 7);
+    let kept = u64::try_from(count - 1)?;
+    assert_eq!(stats.written.load(Ordering::Relaxed), kept);
     assert_eq!(stats.dropped.load(Ordering::Relaxed), 1);
     assert_eq!(stats.refused.load(Ordering::Relaxed), 1);
     assert_eq!(stats.backlog(), 0, "a refused record is no longer waiting");
-    assert!(stats.failed_batches.load(Ordering::Relaxed) >= 4, "8, 4, 2 and 1 record(s) refused");
-    let stored = store.list_audit(&AuditFilter::default(), None, 100).await?;
+    assert!(stats.failed_batches.load(Ordering::Relaxed) >= 4, "the batch and its halves down to one record refused");
+    let stored = store.list_audit(&AuditFilter::default(), None, 1_000).await?;
     let mut targets: Vec<&str> = stored.iter().map(|record| record.target.as_str()).collect();
     targets.sort_unstable();
-    assert_eq!(targets, ["test://0", "test://1", "test://2", "test://3", "test://4", "test://6", "test://7"]);
+    let expected: Vec<String> = (0..count).filter(|&n| n != bad).map(|n| format!("test://{n:03}")).collect();
+    assert_eq!(targets, expected);
     let head = store.audit_heads(None).await?.pop().ok_or("a chain")?;
-    assert_eq!(head.seq, 7);
+    assert_eq!(head.seq, i64::try_from(kept)?);
     let mut verifier = ChainVerifier::new(head.clone());
-    for record in &store.audit_chain_page("one", 0, 100).await? {
+    for record in &store.audit_chain_page("one", 0, 1_000).await? {
         verifier.check(record).map_err(|problem| format!("one: {problem}"))?;
     }
-    assert_eq!(verifier.finish()?, 7);
+    assert_eq!(verifier.finish()?, kept);
     Ok(())
 }
 
