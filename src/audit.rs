@@ -237,13 +237,13 @@ mod tests {
 
     fn record(n: u32) -> AuditRecord {
         AuditRecord {
-            id: uuid::Uuid::now_v7().to_string(),
-            agent_id: "bot".to_owned(),
+            id: uuid::Uuid::now_v7().to_string().into(),
+            agent_id: "bot".into(),
             occurred_at: Timestamp::now(),
-            kind: "mcp".to_owned(),
-            actor: "key:k".to_owned(),
-            action: "resources/read".to_owned(),
-            target: format!("test://{n}"),
+            kind: "mcp".into(),
+            actor: "key:k".into(),
+            action: "resources/read".into(),
+            target: format!("test://{n}").into(),
             ..AuditRecord::default()
         }
     }

@@ -166,14 +166,14 @@ impl ChainVerifier {
         let id = record.id.clone();
         let seq = record.chain_seq.unwrap_or_default();
         if seq != self.seq + 1 {
-            return Err(ChainError::Gap { id, expected: self.seq + 1, found: seq });
+            return Err(ChainError::Gap { id: id.to_string(), expected: self.seq + 1, found: seq });
         }
         if record.prev_hash.as_deref() != Some(self.hash.as_str()) {
-            return Err(ChainError::Unlinked { id, seq });
+            return Err(ChainError::Unlinked { id: id.to_string(), seq });
         }
         let hash = chain_hash(&self.hash, record, seq);
         if record.hash.as_deref() != Some(hash.as_str()) {
-            return Err(ChainError::Altered { id, seq });
+            return Err(ChainError::Altered { id: id.to_string(), seq });
         }
         self.seq = seq;
         self.hash = hash;
@@ -197,15 +197,15 @@ mod tests {
 
     fn record(id: &str) -> AuditRecord {
         AuditRecord {
-            id: id.to_owned(),
-            agent_id: "bot".to_owned(),
+            id: id.into(),
+            agent_id: "bot".into(),
             occurred_at: Timestamp::from_micros(1_700_000_000_000_000),
-            kind: "mcp".to_owned(),
-            actor: "key:k1".to_owned(),
-            action: "resources/read".to_owned(),
-            target: "test://a".to_owned(),
-            method: Some("resources/read".to_owned()),
-            outcome: Some("ok".to_owned()),
+            kind: "mcp".into(),
+            actor: "key:k1".into(),
+            action: "resources/read".into(),
+            target: "test://a".into(),
+            method: Some("resources/read".into()),
+            outcome: Some("ok".into()),
             ..AuditRecord::default()
         }
     }
@@ -216,9 +216,9 @@ mod tests {
         for (index, record) in records.iter_mut().enumerate() {
             let seq = index as i64 + 1;
             record.chain_seq = Some(seq);
-            record.prev_hash = Some(hash.clone());
+            record.prev_hash = Some(hash.as_str().into());
             hash = chain_hash(&hash, record, seq);
-            record.hash = Some(hash.clone());
+            record.hash = Some(hash.as_str().into());
         }
         ChainHead {
             agent_id: "bot".to_owned(),
@@ -242,20 +242,20 @@ mod tests {
     #[test]
     fn the_hash_covers_the_fields_as_one_json_array() {
         let record = AuditRecord {
-            id: "0190-id".to_owned(),
-            agent_id: "bot".to_owned(),
+            id: "0190-id".into(),
+            agent_id: "bot".into(),
             occurred_at: crate::domain::time::Timestamp::from_micros(1_700_000_000_123_456),
-            kind: "mcp".to_owned(),
-            actor: "key:k1".to_owned(),
-            action: "resources/read".to_owned(),
-            target: "file:///a \"quoted\" \\ name\n\u{e9}\u{1f600}".to_owned(),
-            request_id: Some("req".to_owned()),
-            method: Some("resources/read".to_owned()),
-            outcome: Some("error".to_owned()),
+            kind: "mcp".into(),
+            actor: "key:k1".into(),
+            action: "resources/read".into(),
+            target: "file:///a \"quoted\" \\ name\n\u{e9}\u{1f600}".into(),
+            request_id: Some("req".into()),
+            method: Some("resources/read".into()),
+            outcome: Some("error".into()),
             error_code: Some(-32002),
             bytes_out: Some(0),
             latency_us: Some(17),
-            user_agent: Some("curl/8".to_owned()),
+            user_agent: Some("curl/8".into()),
             ..AuditRecord::default()
         };
         let fields = concat!(
@@ -276,21 +276,21 @@ mod tests {
         let values = ["", "plain", "a\"b", "back\\slash", "line\nbreak\ttab\r", "\u{7f}\u{e9}\u{1f600}", "\u{0}"];
         for (index, value) in values.iter().copied().chain([every_ascii.as_str()]).enumerate() {
             let record = AuditRecord {
-                id: value.to_owned(),
-                agent_id: "bot".to_owned(),
+                id: value.into(),
+                agent_id: "bot".into(),
                 occurred_at: Timestamp::from_micros(-5),
-                kind: value.to_owned(),
-                actor: value.to_owned(),
-                action: value.to_owned(),
-                target: value.to_owned(),
-                before_digest: (index % 2 == 0).then(|| value.to_owned()),
-                request_id: Some(value.to_owned()),
-                session_id: (index % 3 == 0).then(|| value.to_owned()),
+                kind: value.into(),
+                actor: value.into(),
+                action: value.into(),
+                target: value.into(),
+                before_digest: ((index % 2 == 0).then(|| value.to_owned())).map(Into::into),
+                request_id: Some(value.into()),
+                session_id: ((index % 3 == 0).then(|| value.to_owned())).map(Into::into),
                 error_code: (index % 2 == 1).then_some(i32::MIN),
                 bytes_out: Some(i64::MAX),
                 latency_us: (index % 2 == 0).then_some(0),
-                user_agent: Some(value.to_owned()),
-                trace_id: (index % 2 == 1).then(|| value.to_owned()),
+                user_agent: Some(value.into()),
+                trace_id: ((index % 2 == 1).then(|| value.to_owned())).map(Into::into),
                 ..AuditRecord::default()
             };
             let r = &record;
@@ -338,7 +338,7 @@ mod tests {
     fn an_edited_record_is_detected() {
         let mut records = vec![record("a"), record("b"), record("c")];
         let head = chain(&mut records);
-        records[1].outcome = Some("error".to_owned());
+        records[1].outcome = Some("error".into());
         assert_eq!(verify(head, &records), Err(ChainError::Altered { id: "b".to_owned(), seq: 2 }));
     }
 
@@ -363,8 +363,8 @@ mod tests {
         let mut records = vec![record("a"), record("b"), record("c")];
         let head = chain(&mut records);
         // Rewriting b and its hash consistently still breaks c's link.
-        records[1].target = "test://forged".to_owned();
-        records[1].hash = Some(chain_hash(records[1].prev_hash.as_deref().unwrap_or_default(), &records[1], 2));
+        records[1].target = "test://forged".into();
+        records[1].hash = Some(chain_hash(records[1].prev_hash.as_deref().unwrap_or_default(), &records[1], 2).into());
         assert_eq!(verify(head, &records), Err(ChainError::Unlinked { id: "c".to_owned(), seq: 3 }));
     }
 
@@ -374,7 +374,7 @@ mod tests {
         let mut head = chain(&mut records);
         let pruned = records.remove(0);
         head.pruned_seq = 1;
-        head.pruned_hash = pruned.hash.unwrap_or_default();
+        head.pruned_hash = pruned.hash.unwrap_or_default().into();
         assert_eq!(verify(head, &records), Ok(2));
     }
 }

@@ -303,31 +303,36 @@ pub struct AuditFilter {
     pub method: Option<String>,
 }
 
+/// The audit record's text fields: a string of up to 24 bytes (a method, an agent id, an outcome, an
+/// address) is held inline, without an allocation of its own. The writer holds thousands of MCP request
+/// records between batches, and each heap allocation among them is memory a request later reuses cold.
+pub type AuditText = compact_str::CompactString;
+
 /// One audit record: an admin change (`kind` `admin`) or an MCP request (`kind` `mcp`).
 #[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditRecord {
-    pub id: String,
-    pub agent_id: String,
+    pub id: AuditText,
+    pub agent_id: AuditText,
     #[schema(value_type = String, format = DateTime)]
     pub occurred_at: Timestamp,
-    pub kind: String,
-    pub actor: String,
-    pub action: String,
-    pub target: String,
-    pub before_digest: Option<String>,
-    pub after_digest: Option<String>,
-    pub request_id: Option<String>,
+    pub kind: AuditText,
+    pub actor: AuditText,
+    pub action: AuditText,
+    pub target: AuditText,
+    pub before_digest: Option<AuditText>,
+    pub after_digest: Option<AuditText>,
+    pub request_id: Option<AuditText>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub key_id: Option<String>,
+    pub key_id: Option<AuditText>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub key_prefix: Option<String>,
+    pub key_prefix: Option<AuditText>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub session_id: Option<String>,
+    pub session_id: Option<AuditText>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub method: Option<String>,
+    pub method: Option<AuditText>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<String>,
+    pub outcome: Option<AuditText>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_code: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -335,20 +340,20 @@ pub struct AuditRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_us: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub client_ip: Option<String>,
+    pub client_ip: Option<AuditText>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub user_agent: Option<String>,
+    pub user_agent: Option<AuditText>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub trace_id: Option<String>,
+    pub trace_id: Option<AuditText>,
     /// Position in the agent's hash chain (from 1); see [`crate::domain::audit`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chain_seq: Option<i64>,
     /// Hash of the record before this one in the chain (`""` for the first).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub prev_hash: Option<String>,
+    pub prev_hash: Option<AuditText>,
     /// `hex(SHA-256(prevHash + "\n" + fields))`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub hash: Option<String>,
+    pub hash: Option<AuditText>,
 }
 
 /// A place in the audit log's order (time desc, id desc): where a page resumes, after the record there.
@@ -361,7 +366,7 @@ pub struct AuditPosition {
 impl AuditPosition {
     /// The position of `record`.
     pub fn of(record: &AuditRecord) -> Self {
-        Self { occurred_at: record.occurred_at, id: record.id.clone() }
+        Self { occurred_at: record.occurred_at, id: record.id.to_string() }
     }
 
     /// As a cursor carries it: `<occurred_at in microseconds>:<id>`.

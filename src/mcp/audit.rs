@@ -20,7 +20,7 @@ use super::dispatch::Method;
 use super::jsonrpc::Call;
 use super::transport::Admitted;
 use super::types::header as mcp_header;
-use crate::domain::model::AuditRecord;
+use crate::domain::model::{AuditRecord, AuditText};
 use crate::domain::session::SessionToken;
 use crate::domain::time::Timestamp;
 use crate::http::REQUEST_ID;
@@ -34,13 +34,13 @@ const MAX_FIELD_CHARS: usize = 512;
 /// What the handler knows of a request, attached to its response.
 #[derive(Debug, Clone)]
 pub struct Trail {
-    agent_id: String,
-    key_id: String,
-    key_prefix: String,
+    agent_id: AuditText,
+    key_id: AuditText,
+    key_prefix: AuditText,
     /// The legacy session's digest (never the id the client holds), or `listen:<request id>`.
-    session: Option<String>,
-    method: String,
-    target: String,
+    session: Option<AuditText>,
+    method: AuditText,
+    target: AuditText,
     /// `legacy` or `modern`, for metrics.
     era: &'static str,
     /// The method as a bounded metric label.
@@ -51,19 +51,19 @@ pub struct Trail {
 
 impl Trail {
     /// A trail for a request of `admitted` to `method` on `target`.
-    pub(super) fn new(admitted: &Admitted, headers: &HeaderMap, method: &str, target: String) -> Self {
+    pub(super) fn new(admitted: &Admitted, headers: &HeaderMap, method: &str, target: &str) -> Self {
         let session = headers
             .get(mcp_header::SESSION_ID)
             .and_then(|value| value.to_str().ok())
             .and_then(SessionToken::parse)
-            .map(|token| token.digest().as_str().to_owned());
+            .map(|token| AuditText::from(token.digest().as_str()));
         Self {
-            agent_id: admitted.agent.id.as_str().to_owned(),
-            key_id: admitted.key.id.clone(),
-            key_prefix: admitted.key.prefix.clone(),
+            agent_id: admitted.agent.id.as_str().into(),
+            key_id: admitted.key.id.as_str().into(),
+            key_prefix: admitted.key.prefix.as_str().into(),
             session,
             method: cut(method),
-            target: cut(&target),
+            target: cut(target),
             era: "legacy",
             metric_method: match method {
                 "GET" => "GET",
@@ -95,7 +95,7 @@ impl Trail {
         if call.method == "subscriptions/listen"
             && let Some(id) = &call.id
         {
-            trail.session = Some(format!("listen:{}", cut(id.as_raw().get())));
+            trail.session = Some(compact_str::format_compact!("listen:{}", cut(id.as_raw().get())));
         }
         trail
     }
@@ -112,9 +112,11 @@ impl Trail {
 pub struct ErrorCode(pub i32);
 
 /// What a call names: `uri` (resources, subscriptions), `name` (prompts), the `ref` of a completion.
-fn target_of(call: &Call) -> String {
-    let Some(params) = call.params_object() else { return String::new() };
-    let text = |value: Option<&Value>| value.and_then(Value::as_str).map(str::to_owned);
+fn target_of(call: &Call) -> &str {
+    let Some(params) = call.params_object() else { return "" };
+    fn text(value: Option<&Value>) -> Option<&str> {
+        value.and_then(Value::as_str)
+    }
     text(params.get("uri"))
         .or_else(|| text(params.get("name")))
         .or_else(|| {
@@ -127,7 +129,7 @@ fn target_of(call: &Call) -> String {
 /// `value` as a record field: at most [`MAX_FIELD_CHARS`] characters, and every NUL written as `\u0000`.
 /// The client chooses these values (a JSON string may hold `\u0000`), and PostgreSQL's text refuses NUL:
 /// one such record would fail its whole batch on every retry.
-fn cut(value: &str) -> String {
+fn cut(value: &str) -> AuditText {
     fn first_chars(value: &str) -> &str {
         // A value of at most that many bytes has at most that many chars: only a longer one is walked.
         if value.len() <= MAX_FIELD_CHARS {
@@ -137,18 +139,18 @@ fn cut(value: &str) -> String {
     }
     let kept = first_chars(value);
     if !kept.contains('\0') {
-        return kept.to_owned();
+        return kept.into();
     }
     // Escaping only lengthens, so the escaped value's first chars all come from these.
-    first_chars(&kept.replace('\0', "\\u0000")).to_owned()
+    first_chars(&kept.replace('\0', "\\u0000")).into()
 }
 
 /// `address` as the record stores it. An IPv4 address is written octet by octet: `Ipv4Addr`'s `Display` goes
 /// through `Formatter::pad`, about 1,300 instructions for every request's record. IPv6 keeps its own
 /// `Display` (the shortest form, RFC 5952).
-fn address_text(address: IpAddr) -> String {
-    let IpAddr::V4(v4) = address else { return address.to_string() };
-    let mut text = String::with_capacity(15);
+fn address_text(address: IpAddr) -> AuditText {
+    let IpAddr::V4(v4) = address else { return compact_str::ToCompactString::to_compact_string(&address) };
+    let mut text = AuditText::const_new("");
     let mut digits = itoa::Buffer::new();
     for (index, octet) in v4.octets().into_iter().enumerate() {
         if index > 0 {
@@ -190,11 +192,11 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
     // Streams (SSE) have no size yet when answered.
     let bytes_out = response.body().size_hint().exact().and_then(|bytes| i64::try_from(bytes).ok());
     state.audit.record(AuditRecord {
-        id: uuid::Uuid::now_v7().to_string(),
+        id: AuditText::from(&*uuid::Uuid::now_v7().hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer())),
         agent_id: trail.agent_id,
         occurred_at,
-        kind: "mcp".to_owned(),
-        actor: ["key:", trail.key_id.as_str()].concat(),
+        kind: AuditText::const_new("mcp"),
+        actor: compact_str::format_compact!("key:{}", trail.key_id),
         action: trail.method.clone(),
         target: trail.target,
         request_id,
@@ -202,13 +204,13 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
         key_prefix: Some(trail.key_prefix),
         session_id: trail.session,
         method: Some(trail.method),
-        outcome: Some(outcome.to_owned()),
+        outcome: Some(AuditText::const_new(outcome)),
         error_code,
         bytes_out,
         latency_us: Some(i64::try_from(elapsed.as_micros()).unwrap_or(i64::MAX)),
         client_ip,
         user_agent,
-        trace_id,
+        trace_id: trace_id.map(Into::into),
         ..AuditRecord::default()
     });
     response
@@ -242,7 +244,7 @@ mod tests {
             method: "resources/read\0".to_owned(),
             params: Some(serde_json::json!({"uri": "x\u{0}"})),
         };
-        assert_eq!(cut(&target_of(&call)), "x\\u0000");
+        assert_eq!(cut(target_of(&call)), "x\\u0000");
         assert_eq!(cut(&call.method), "resources/read\\u0000");
         let escaped = cut(&"\0".repeat(MAX_FIELD_CHARS));
         assert_eq!(escaped.chars().count(), MAX_FIELD_CHARS, "the limit holds after escaping");

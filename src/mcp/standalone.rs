@@ -45,7 +45,7 @@ pub async fn get(
         Ok(admitted) => admitted,
         Err(error) => return error.into_http(None),
     };
-    let trail = Trail::new(&admitted, &parts.headers, "GET", String::new());
+    let trail = Trail::new(&admitted, &parts.headers, "GET", "");
     trail.attach(match open(&state, &admitted, &parts.headers).await {
         Ok(response) => response,
         Err(error) => error.into_http(None),
@@ -149,7 +149,7 @@ pub async fn delete(
         Ok(admitted) => admitted,
         Err(error) => return error.into_http(None),
     };
-    let trail = Trail::new(&admitted, &parts.headers, "DELETE", String::new());
+    let trail = Trail::new(&admitted, &parts.headers, "DELETE", "");
     let ended = async {
         check_version(&parts.headers)?;
         let session: Arc<Session> = state

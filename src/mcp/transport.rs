@@ -66,7 +66,7 @@ pub async fn post(
         Err(error) => return error.into_http(None),
     };
     let headers = &parts.headers;
-    let unparsed = |admitted: &Admitted| Trail::new(admitted, headers, "-", String::new());
+    let unparsed = |admitted: &Admitted| Trail::new(admitted, headers, "-", "");
     let bytes = match read_body(body, headers, state.config.limits.max_body_bytes).await {
         Ok(bytes) => bytes,
         Err(error) => return unparsed(&admitted).attach(error.into_http(None)),
@@ -97,7 +97,7 @@ pub async fn post(
             span::record_method("batch", "legacy");
             let methods: Vec<&str> =
                 messages.iter().filter_map(|m| m.as_ref().ok()).filter_map(Message::method).collect();
-            let trail = Trail::new(&admitted, headers, "batch", methods.join(","));
+            let trail = Trail::new(&admitted, headers, "batch", &methods.join(","));
             trail.attach(batch(&state, admitted, headers, messages).await)
         }
         Err(error) => unparsed(&admitted).attach(error.into_http(None)),

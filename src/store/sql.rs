@@ -202,30 +202,30 @@ macro_rules! audit_insert {
         let mut insert = sqlx::QueryBuilder::<$db>::new(concat!("insert into audit (", audit_insert_columns!(), ") "));
         insert.push_values($records, |mut row, record| {
             let at = record.occurred_at.as_micros();
-            row.push_bind(&record.id)
-                .push_bind(&record.agent_id)
+            row.push_bind(record.id.as_str())
+                .push_bind(record.agent_id.as_str())
                 .push_bind(at)
-                .push_bind(&record.kind)
-                .push_bind(&record.actor)
-                .push_bind(&record.action)
-                .push_bind(&record.target)
-                .push_bind(&record.before_digest)
-                .push_bind(&record.after_digest)
-                .push_bind(&record.request_id)
-                .push_bind(&record.key_id)
-                .push_bind(&record.key_prefix)
-                .push_bind(&record.session_id)
-                .push_bind(&record.method)
-                .push_bind(&record.outcome)
+                .push_bind(record.kind.as_str())
+                .push_bind(record.actor.as_str())
+                .push_bind(record.action.as_str())
+                .push_bind(record.target.as_str())
+                .push_bind(record.before_digest.as_deref())
+                .push_bind(record.after_digest.as_deref())
+                .push_bind(record.request_id.as_deref())
+                .push_bind(record.key_id.as_deref())
+                .push_bind(record.key_prefix.as_deref())
+                .push_bind(record.session_id.as_deref())
+                .push_bind(record.method.as_deref())
+                .push_bind(record.outcome.as_deref())
                 .push_bind(record.error_code)
                 .push_bind(record.bytes_out)
                 .push_bind(record.latency_us)
-                .push_bind(&record.client_ip)
-                .push_bind(&record.user_agent)
-                .push_bind(&record.trace_id)
+                .push_bind(record.client_ip.as_deref())
+                .push_bind(record.user_agent.as_deref())
+                .push_bind(record.trace_id.as_deref())
                 .push_bind(record.chain_seq)
-                .push_bind(&record.prev_hash)
-                .push_bind(&record.hash)
+                .push_bind(record.prev_hash.as_deref())
+                .push_bind(record.hash.as_deref())
                 .push_bind(at)
                 .push_bind(at);
         });
@@ -346,16 +346,16 @@ macro_rules! impl_store {
 
                 async fn insert_audit(tx: &mut Tx, audit: Audit<'_>, now: Timestamp) -> StoreResult<()> {
                     let mut record = AuditRecord {
-                        id: uuid::Uuid::now_v7().to_string(),
-                        agent_id: audit.agent.to_string(),
+                        id: uuid::Uuid::now_v7().to_string().into(),
+                        agent_id: audit.agent.as_str().into(),
                         occurred_at: now,
-                        kind: "admin".to_owned(),
-                        actor: audit.actor.name.clone(),
-                        action: audit.action.to_owned(),
-                        target: audit.target.to_owned(),
-                        before_digest: audit.before,
-                        after_digest: audit.after,
-                        request_id: audit.actor.request_id.clone(),
+                        kind: "admin".into(),
+                        actor: audit.actor.name.as_str().into(),
+                        action: audit.action.into(),
+                        target: audit.target.into(),
+                        before_digest: audit.before.map(Into::into),
+                        after_digest: audit.after.map(Into::into),
+                        request_id: audit.actor.request_id.as_deref().map(Into::into),
                         ..AuditRecord::default()
                     };
                     Self::append_audit_in(tx, std::slice::from_mut(&mut record)).await
@@ -373,7 +373,7 @@ macro_rules! impl_store {
                     for record in records.iter() {
                         match counts.last_mut() {
                             Some((agent, count)) if *agent == record.agent_id => *count += 1,
-                            _ => counts.push((record.agent_id.clone(), 1)),
+                            _ => counts.push((record.agent_id.to_string(), 1)),
                         }
                     }
                     let reserved = Self::reserve_audit_positions(tx, &counts).await?;
@@ -387,8 +387,8 @@ macro_rules! impl_store {
                                 seq += 1;
                                 record.chain_seq = Some(seq);
                                 let new = $crate::domain::audit::chain_hash(&hash, record, seq);
-                                record.prev_hash = Some(std::mem::replace(&mut hash, new));
-                                record.hash = Some(hash.clone());
+                                record.prev_hash = Some(std::mem::replace(&mut hash, new).into());
+                                record.hash = Some(hash.as_str().into());
                             }
                             heads.push((agent.as_str(), hash));
                         }

@@ -408,14 +408,14 @@ async fn limits(store: &dyn Store) -> TestResult {
 /// An MCP audit record of `agent`.
 fn mcp_record(agent: &str, n: i64) -> AuditRecord {
     AuditRecord {
-        id: uuid::Uuid::now_v7().to_string(),
-        agent_id: agent.to_owned(),
+        id: uuid::Uuid::now_v7().to_string().into(),
+        agent_id: agent.into(),
         occurred_at: crate::domain::time::Timestamp::now(),
-        kind: "mcp".to_owned(),
-        actor: "key:k".to_owned(),
-        action: "resources/read".to_owned(),
-        target: format!("test://{n}"),
-        method: Some("resources/read".to_owned()),
+        kind: "mcp".into(),
+        actor: "key:k".into(),
+        action: "resources/read".into(),
+        target: format!("test://{n}").into(),
+        method: Some("resources/read".into()),
         bytes_out: Some(n),
         ..AuditRecord::default()
     }
@@ -540,13 +540,13 @@ async fn audit_writer_drops_only_what_the_database_refuses(count: usize, bad: us
     let (writer, task) = AuditWriter::start(store.clone(), &config);
     for n in 0..count {
         writer.record(AuditRecord {
-            id: uuid::Uuid::now_v7().to_string(),
-            agent_id: "one".to_owned(),
+            id: uuid::Uuid::now_v7().to_string().into(),
+            agent_id: "one".into(),
             occurred_at: crate::domain::time::Timestamp::now(),
-            kind: "mcp".to_owned(),
-            actor: "key:k".to_owned(),
-            action: "resources/read".to_owned(),
-            target: if n == bad { "test://bad\0".to_owned() } else { format!("test://{n:03}") },
+            kind: "mcp".into(),
+            actor: "key:k".into(),
+            action: "resources/read".into(),
+            target: if n == bad { "test://bad\0".into() } else { compact_str::format_compact!("test://{n:03}") },
             ..AuditRecord::default()
         });
     }
