@@ -7,6 +7,8 @@
 //! On the admin API an `Authorization` header is only ever the operator token; `X-Agent-API-Key` wins
 //! when both are present.
 
+use std::sync::Arc;
+
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
@@ -23,7 +25,7 @@ use crate::state::AppState;
 #[derive(Debug, Clone)]
 pub enum Caller {
     Operator,
-    Key(KeyRecord),
+    Key(Arc<KeyRecord>),
 }
 
 impl Caller {

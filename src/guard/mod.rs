@@ -341,24 +341,39 @@ impl RateLimitSlot {
     }
 }
 
-/// Around `/{agent_id}/mcp`: failed authentications per client, and the `RateLimit*` fields.
-pub async fn mcp_gate(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    gate(&state, request, next, |wait| McpError::RateLimited { retry_after_ms: millis_up(wait) }.into_http(None)).await
+/// Around `/{agent_id}/mcp` ([`crate::mcp::transport::endpoint`]): failed authentications per client, and
+/// the `RateLimit*` fields on the answer of `run`.
+pub async fn mcp_gate<F, Fut>(state: &AppState, request: Request, run: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
+    gate(state, request, run, |wait| McpError::RateLimited { retry_after_ms: millis_up(wait) }.into_http(None)).await
 }
 
 /// Around `/admin/v1`: failed authentications per client, and the `RateLimit*` fields.
 pub async fn admin_gate(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    gate(&state, request, next, |wait| ApiError::TooManyRequests { retry_after: wait }.into_response()).await
+    gate(
+        &state,
+        request,
+        |request| next.run(request),
+        |wait| ApiError::TooManyRequests { retry_after: wait }.into_response(),
+    )
+    .await
 }
 
 /// Refuses a client that used up its failed authentications (`refuse` builds the endpoint's 429); else runs
 /// the request, counts a 401 against its client, and puts the fields the handler left on the answer.
-async fn gate(
+async fn gate<F, Fut>(
     state: &AppState,
     mut request: Request,
-    next: Next,
+    run: F,
     refuse: impl FnOnce(Duration) -> Response,
-) -> Response {
+) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let guard = &state.guard;
     let client = request
         .extensions()
@@ -374,7 +389,7 @@ async fn gate(
     }
     let slot = RateLimitSlot::default();
     request.extensions_mut().insert(slot.clone());
-    let mut response = next.run(request).await;
+    let mut response = run(request).await;
     if response.status() == StatusCode::UNAUTHORIZED
         && let Some(client) = client
     {

@@ -30,7 +30,8 @@ pub enum KeyError {
 }
 
 struct CachedKey {
-    record: KeyRecord,
+    /// Shared with every request that presents the key: a hit copies no field of it.
+    record: Arc<KeyRecord>,
     /// When this replica last wrote `last_used_at` (or loaded the key).
     touched: Instant,
 }
@@ -63,7 +64,7 @@ impl KeyCache {
     }
 
     /// The stored key for a presented one, if it is usable now.
-    pub async fn authenticate(&self, presented: Option<&str>) -> Result<KeyRecord, KeyError> {
+    pub async fn authenticate(&self, presented: Option<&str>) -> Result<Arc<KeyRecord>, KeyError> {
         let key = presented.and_then(ApiKey::parse).ok_or(KeyError::Unauthenticated)?;
         let digest = self.hasher.digest(key.expose());
         let now = Timestamp::now();
@@ -78,7 +79,7 @@ impl KeyCache {
             Some(hit) => hit,
             None => {
                 let generation = self.generation.load(Ordering::Acquire);
-                let record = self.store.find_key(&digest.to_hex()).await?.ok_or(KeyError::Unauthenticated)?;
+                let record = Arc::new(self.store.find_key(&digest.to_hex()).await?.ok_or(KeyError::Unauthenticated)?);
                 // The generation is compared while the entry's shard is locked: a `forget` that began
                 // after the database read has bumped it (and we skip), or it takes the shard lock after
                 // us and its `retain` removes what we insert.

@@ -8,7 +8,7 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, State};
 use axum::http::{HeaderName, Request, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get};
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
@@ -33,12 +33,9 @@ pub fn router(state: AppState) -> Router {
     let separate_operator = http.operator_listen.is_some();
     let mut routes = Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).route(
         "/{agent_id}/mcp",
-        post(crate::mcp::transport::post)
-            .get(crate::mcp::standalone::get)
-            .delete(crate::mcp::standalone::delete)
-            .fallback(crate::mcp::transport::method_not_allowed)
-            .layer(axum::middleware::from_fn_with_state(state.clone(), crate::mcp::audit::record))
-            .layer(axum::middleware::from_fn_with_state(state.clone(), crate::guard::mcp_gate)),
+        // One handler for every method, which runs the guard and the audit around the method's own: as
+        // layers, each would clone and box the services inside it on every request.
+        any(crate::mcp::transport::endpoint),
     );
     if http.public_admin || !separate_operator {
         routes = routes.nest("/admin/v1", admin(&state));

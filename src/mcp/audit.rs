@@ -10,9 +10,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 use axum::body::HttpBody as _;
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderMap, header};
-use axum::middleware::Next;
 use axum::response::Response;
 use serde_json::Value;
 
@@ -161,8 +160,13 @@ fn address_text(address: IpAddr) -> AuditText {
     text
 }
 
-/// Middleware around `/{agent_id}/mcp`: turns the response's [`Trail`] into an audit record.
-pub async fn record(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// Around `/{agent_id}/mcp` ([`super::transport::endpoint`]): turns the [`Trail`] on the answer of `run` into
+/// an audit record.
+pub async fn record<F, Fut>(state: &AppState, request: Request, run: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let started = Instant::now();
     let occurred_at = Timestamp::now();
     let headers = request.headers();
@@ -175,7 +179,7 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
     let request_id = headers.get(REQUEST_ID).and_then(|v| v.to_str().ok()).map(cut);
     // The trace the request span joined; a message's `_meta` overrides it below.
     let trace_id = TraceParent::from_headers(headers).map(|parent| parent.trace_id_hex());
-    let mut response = next.run(request).await;
+    let mut response = run(request).await;
     let Some(mut trail) = response.extensions_mut().remove::<Trail>() else { return response };
     let trace_id = trail.trace_id.take().or(trace_id);
     let error_code = response.extensions().get::<ErrorCode>().map(|code| code.0);

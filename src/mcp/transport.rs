@@ -15,9 +15,9 @@ use std::sync::Arc;
 
 use axum::body::Body as HttpBody;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, Request, State};
+use axum::extract::{FromRequestParts as _, Path, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{self, HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::Value;
@@ -49,9 +49,31 @@ const MAX_BATCH: usize = 100;
 /// A request that passed the gate: the agent it is for, and the key it came with (never logged).
 pub(super) struct Admitted {
     pub agent: Arc<Agent>,
-    pub key: KeyRecord,
+    pub key: Arc<KeyRecord>,
     /// Where the rate-limit fields of the answer are left (a costly method's refusal replaces them).
     pub slot: Option<RateLimitSlot>,
+}
+
+/// Every request to `/{agent_id}/mcp`: the failed-authentication guard and the `RateLimit*` fields
+/// ([`crate::guard::mcp_gate`]) around the audit ([`super::audit::record`]) around the method's handler:
+/// [`post`], [`super::standalone::get`] (`HEAD` too) and [`super::standalone::delete`]; any other method is
+/// 405.
+pub async fn endpoint(State(state): State<AppState>, request: Request) -> Response {
+    crate::guard::mcp_gate(&state, request, |request| {
+        super::audit::record(&state, request, |request| async {
+            let (mut parts, body) = request.into_parts();
+            let path = Path::<String>::from_request_parts(&mut parts, &state).await;
+            let request = Request::from_parts(parts, body);
+            let state = State(state.clone());
+            match *request.method() {
+                http::Method::POST => post(state, path, request).await,
+                http::Method::GET | http::Method::HEAD => super::standalone::get(state, path, request).await,
+                http::Method::DELETE => super::standalone::delete(state, path, request).await,
+                _ => method_not_allowed().await,
+            }
+        })
+    })
+    .await
 }
 
 /// `POST /{agent_id}/mcp`: one JSON-RPC message, or a batch where 2025-03-26 allows it.
