@@ -30,12 +30,18 @@ pub(crate) trait McpMethod: Sized {
     fn parse(params: Option<&Value>) -> Result<Self, McpError>;
 
     async fn apply(self, ctx: &Context<'_>) -> Result<Self::Output, McpError>;
+
+    /// The output as the result's JSON. A list's output already is (its page is written once, with the
+    /// cursor): copying tens of kilobytes through the serializer again would be the request's largest cost.
+    fn into_raw(output: Self::Output) -> serde_json::Result<Box<RawValue>> {
+        serde_json::value::to_raw_value(&output)
+    }
 }
 
 /// Parses, applies and serialises one method call.
 pub(crate) async fn run<M: McpMethod>(ctx: &Context<'_>, params: Option<&Value>) -> Result<Box<RawValue>, McpError> {
     let output = M::parse(params)?.apply(ctx).await?;
-    serde_json::value::to_raw_value(&output).map_err(|error| {
+    M::into_raw(output).map_err(|error| {
         tracing::error!(%error, "could not serialise a result");
         McpError::Internal
     })

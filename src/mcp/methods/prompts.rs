@@ -31,6 +31,10 @@ pub struct ListPrompts {
 impl McpMethod for ListPrompts {
     type Output = Box<RawValue>;
 
+    fn into_raw(output: Box<RawValue>) -> serde_json::Result<Box<RawValue>> {
+        Ok(output)
+    }
+
     fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         Ok(Self { cursor: cursor(raw)? })
     }

@@ -104,6 +104,10 @@ pub struct ListResources {
 impl McpMethod for ListResources {
     type Output = Box<RawValue>;
 
+    fn into_raw(output: Box<RawValue>) -> serde_json::Result<Box<RawValue>> {
+        Ok(output)
+    }
+
     fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         Ok(Self { cursor: cursor(raw)? })
     }
@@ -126,6 +130,10 @@ pub struct ListTemplates {
 
 impl McpMethod for ListTemplates {
     type Output = Box<RawValue>;
+
+    fn into_raw(output: Box<RawValue>) -> serde_json::Result<Box<RawValue>> {
+        Ok(output)
+    }
 
     fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         Ok(Self { cursor: cursor(raw)? })
