@@ -17,7 +17,7 @@
 //!   size). A refusal is the same 429/-31429, with the `RateLimit*` fields of the refusing policy.
 //! - Admin API: one bucket per credential (the operator token, each registry key), `rate_limits.admin_*`,
 //!   checked once the credential is accepted; a refusal is 429 problem+json with `Retry-After`.
-//! - Failed authentication: the [`gate`] middlewares around both count 401 answers per client address
+//! - Failed authentication: the [`gate`] around both endpoints counts 401 answers per client address
 //!   ([`client_ip`], [`failed_auth`]) and refuse a client that used up its attempts before anything else.
 //!
 //! The checks run inside the handlers, but the answer is finished by the middleware: the handler's check

@@ -1,7 +1,7 @@
 //! One audit record per MCP request that passed authentication: who asked what, and how it went.
 //!
 //! The handlers know the agent, key, method and target; they attach them to the response as a [`Trail`]
-//! (and every JSON-RPC error attaches its [`ErrorCode`]). The [`record`] middleware around the endpoint
+//! (and every JSON-RPC error attaches its [`ErrorCode`]). [`record`], run around every handler of the endpoint,
 //! knows the rest (time, latency, client address, user agent, request and trace ids, bytes sent) and hands
 //! the finished record to the batching writer ([`crate::audit`]). Requests refused before the key was
 //! accepted carry no trail: they belong to no agent's chain (they are counted in metrics and logs).
