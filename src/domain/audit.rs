@@ -283,14 +283,14 @@ mod tests {
                 actor: value.into(),
                 action: value.into(),
                 target: value.into(),
-                before_digest: ((index % 2 == 0).then(|| value.to_owned())).map(Into::into),
+                before_digest: (index % 2 == 0).then(|| value.into()),
                 request_id: Some(value.into()),
-                session_id: ((index % 3 == 0).then(|| value.to_owned())).map(Into::into),
+                session_id: (index % 3 == 0).then(|| value.into()),
                 error_code: (index % 2 == 1).then_some(i32::MIN),
                 bytes_out: Some(i64::MAX),
                 latency_us: (index % 2 == 0).then_some(0),
                 user_agent: Some(value.into()),
-                trace_id: ((index % 2 == 1).then(|| value.to_owned())).map(Into::into),
+                trace_id: (index % 2 == 1).then(|| value.into()),
                 ..AuditRecord::default()
             };
             let r = &record;

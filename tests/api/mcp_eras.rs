@@ -278,6 +278,11 @@ async fn unknown_and_era_bound_methods(backend: Backend) {
         let anonymous = Answer::of(app.anon(method, "/bot/mcp").send().await.unwrap()).await;
         anonymous.error(StatusCode::UNAUTHORIZED, -31401);
     }
+    // HEAD is answered as GET is, without a body.
+    let head = app.with_key(Method::HEAD, "/bot/mcp", &key).send().await.unwrap();
+    assert_eq!(head.status(), StatusCode::BAD_REQUEST);
+    assert!(head.bytes().await.unwrap().is_empty());
+    assert_eq!(app.anon(Method::HEAD, "/bot/mcp").send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
     // Any other HTTP method: 405 with Allow and a JSON-RPC error saying why.
     for method in [Method::PUT, Method::PATCH] {
         let answer = Answer::of(app.with_key(method, "/bot/mcp", &key).send().await.unwrap()).await;
