@@ -2,17 +2,19 @@
 //!
 //! Admin changes write their audit record in the change's own transaction (see the store). MCP requests are
 //! far more frequent, so their records go through a bounded queue to one background task that appends them
-//! in batches, one transaction each: a batch is written when it reaches `audit.batch_size` records, every
-//! `audit.flush_interval_ms`, and at shutdown. While the database is unreachable the task keeps its batch
+//! in batches, one transaction each: a batch is written when `audit.batch_size` records wait, every
+//! `audit.flush_interval_ms`, and at shutdown. A record does not wake the task: only the one that makes a
+//! full batch wait does (a task woken per record would cost every request a wake-up and a poll). While the database is unreachable the task keeps its batch
 //! and retries with backoff, and new records wait in the queue. A record is dropped only when the queue is
 //! full, or when the database refuses a value in it (which no retry would change; the records around it
 //! are written); every drop is counted ([`AuditStats`]) and logged.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::config::AuditConfig;
 use crate::domain::model::AuditRecord;
@@ -49,7 +51,25 @@ impl AuditStats {
 #[derive(Clone)]
 pub struct AuditWriter {
     sender: Option<mpsc::Sender<AuditRecord>>,
+    bell: Arc<Doorbell>,
     stats: Arc<AuditStats>,
+}
+
+/// How requests wake the writer task: once a full batch waits in the queue, not for every record.
+struct Doorbell {
+    notify: Notify,
+    /// Rung since the task last looked at the queue: the records after the one that rang need not ring.
+    rung: AtomicBool,
+    batch_size: usize,
+}
+
+impl Doorbell {
+    /// Wakes the task when `waiting` records make a batch, unless it was already rung.
+    fn ring_if_full(&self, waiting: usize) {
+        if waiting >= self.batch_size && !self.rung.load(Ordering::Relaxed) && !self.rung.swap(true, Ordering::AcqRel) {
+            self.notify.notify_one();
+        }
+    }
 }
 
 /// Stops the writer: the task writes everything queued, then ends.
@@ -62,24 +82,28 @@ impl AuditWriter {
     /// Starts the writer task (`None` for the handle's sender when MCP auditing is off).
     pub fn start(store: Arc<dyn Store>, config: &AuditConfig) -> (AuditWriter, AuditTask) {
         let stats = Arc::new(AuditStats::default());
+        let batch_size = config.batch_size.max(1);
+        let bell = Arc::new(Doorbell { notify: Notify::new(), rung: AtomicBool::new(false), batch_size });
         let (stop_tx, stop_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();
         if !config.mcp_requests {
             let _ = done_tx.send(());
-            return (AuditWriter { sender: None, stats }, AuditTask { stop: Some(stop_tx), done: Some(done_rx) });
+            let writer = AuditWriter { sender: None, bell, stats };
+            return (writer, AuditTask { stop: Some(stop_tx), done: Some(done_rx) });
         }
         let (sender, receiver) = mpsc::channel(config.queue_capacity.max(1));
         let batcher = Batcher {
             store,
             stats: stats.clone(),
-            batch_size: config.batch_size.max(1),
+            bell: bell.clone(),
+            batch_size,
             interval: Duration::from_millis(config.flush_interval_ms.max(1)),
         };
         tokio::spawn(async move {
             batcher.run(receiver, stop_rx).await;
             let _ = done_tx.send(());
         });
-        (AuditWriter { sender: Some(sender), stats }, AuditTask { stop: Some(stop_tx), done: Some(done_rx) })
+        (AuditWriter { sender: Some(sender), bell, stats }, AuditTask { stop: Some(stop_tx), done: Some(done_rx) })
     }
 
     /// Queues a record; never waits. A full queue drops the record (counted and logged).
@@ -88,6 +112,7 @@ impl AuditWriter {
         match sender.try_send(record) {
             Ok(()) => {
                 self.stats.queued.fetch_add(1, Ordering::Relaxed);
+                self.bell.ring_if_full(sender.max_capacity() - sender.capacity());
             }
             Err(mpsc::error::TrySendError::Full(record)) => {
                 let dropped = self.stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
@@ -123,6 +148,7 @@ impl AuditTask {
 struct Batcher {
     store: Arc<dyn Store>,
     stats: Arc<AuditStats>,
+    bell: Arc<Doorbell>,
     batch_size: usize,
     interval: Duration,
 }
@@ -133,24 +159,16 @@ impl Batcher {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            // The batch is never full here (a full one is written at once), so `recv_many` takes at least one
-            // record, and as many as are waiting: a writer that fell behind catches up in full batches.
-            let room = self.batch_size - batch.len();
             tokio::select! {
-                received = receiver.recv_many(&mut batch, room) => {
-                    if received == 0 {
-                        break;
-                    }
-                    if batch.len() >= self.batch_size {
-                        self.write(&mut batch).await;
-                    }
-                },
-                _ = tick.tick() => {
-                    if !batch.is_empty() {
-                        self.write(&mut batch).await;
-                    }
-                }
+                biased;
                 _ = &mut stop => break,
+                () = self.bell.notify.notified() => {},
+                _ = tick.tick() => {},
+            }
+            // From here on a full queue rings again.
+            self.bell.rung.store(false, Ordering::Release);
+            if !self.drain(&mut receiver, &mut batch).await {
+                break;
             }
         }
         // Shutting down: everything still queued, in batches.
@@ -167,6 +185,27 @@ impl Batcher {
         if !batch.is_empty() {
             self.write(&mut batch).await;
         }
+    }
+
+    /// Writes everything waiting in the queue, in full batches and then the rest; false when every sender is
+    /// gone.
+    async fn drain(&self, receiver: &mut mpsc::Receiver<AuditRecord>, batch: &mut Vec<AuditRecord>) -> bool {
+        let open = loop {
+            match receiver.try_recv() {
+                Ok(record) => {
+                    batch.push(record);
+                    if batch.len() >= self.batch_size {
+                        self.write(batch).await;
+                    }
+                }
+                Err(TryRecvError::Empty) => break true,
+                Err(TryRecvError::Disconnected) => break false,
+            }
+        };
+        if !batch.is_empty() {
+            self.write(batch).await;
+        }
+        open
     }
 
     /// Writes the batch, retrying with backoff until it is stored; then empties it.
@@ -310,6 +349,26 @@ mod tests {
         assert_eq!(targets, ["test://0", "test://1", "test://2"]);
         task.stop(Duration::from_secs(5)).await;
         let _ = admin.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_full_batch_is_written_at_once_and_a_partial_one_waits() {
+        let (store, _file) = temp_store().await;
+        // The interval's first tick is at once, the next an hour away: only a full batch rings.
+        let config = AuditConfig { batch_size: 3, flush_interval_ms: 3_600_000, ..AuditConfig::default() };
+        let (writer, task) = AuditWriter::start(store.clone(), &config);
+        let stats = writer.stats().clone();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for n in 0..3 {
+            writer.record(record(n));
+        }
+        until("the full batch", || stats.written.load(Ordering::Relaxed) == 3).await;
+        writer.record(record(3));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(stats.written.load(Ordering::Relaxed), 3, "one record is not a batch: it waits");
+        task.stop(Duration::from_secs(5)).await;
+        assert_eq!(stats.written.load(Ordering::Relaxed), 4, "stop writes it");
+        assert_eq!(stats.dropped.load(Ordering::Relaxed), 0);
     }
 
     #[tokio::test]
