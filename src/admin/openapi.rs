@@ -31,7 +31,7 @@ use crate::error::Problem;
         audit::export,
     ),
     components(schemas(Problem)),
-    modifiers(&SecuritySchemes),
+    modifiers(&SecuritySchemes, &CommonResponses),
     tags(
         (name = "agents", description = "Agents (operator only)"),
         (name = "keys", description = "An agent's API keys (operator only)"),
@@ -57,6 +57,51 @@ impl Modify for SecuritySchemes {
             "agentKey",
             SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new(crate::http::auth::KEY_HEADER))),
         );
+    }
+}
+
+/// The answers any admin request may get besides its handler's own, all `application/problem+json`: from the
+/// credential and rate-limit checks ([`super::access`], [`crate::guard`]), the database, and the layer every
+/// request passes ([`crate::http::limits`]).
+const COMMON_RESPONSES: [(&str, &str); 7] = [
+    ("401", "No credentials, or unknown, revoked or expired ones (`WWW-Authenticate: Bearer`)"),
+    ("403", "The credentials do not allow this request"),
+    ("408", "The answer took longer than `http.request_timeout_ms`"),
+    ("414", "The request target is longer than `limits.max_uri_bytes`"),
+    ("429", "Rate limited (`Retry-After` in seconds, and the `RateLimit` fields)"),
+    ("431", "The header fields are larger than `limits.max_header_bytes` together"),
+    ("503", "The database is unavailable (`Retry-After`)"),
+];
+
+/// Adds [`COMMON_RESPONSES`] to every operation that does not describe them itself.
+struct CommonResponses;
+
+impl Modify for CommonResponses {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let problem = ContentBuilder::new().schema(Some(Ref::from_schema_name("Problem"))).build();
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+                &mut item.head,
+                &mut item.options,
+                &mut item.trace,
+            ];
+            for operation in operations.into_iter().flatten() {
+                for (status, description) in COMMON_RESPONSES {
+                    operation.responses.responses.entry(status.to_owned()).or_insert_with(|| {
+                        ResponseBuilder::new()
+                            .description(description)
+                            .content("application/problem+json", problem.clone())
+                            .into()
+                    });
+                }
+            }
+        }
     }
 }
 
@@ -93,6 +138,24 @@ mod tests {
         ] {
             assert!(paths.contains_key(path), "{path} is missing");
         }
+        for (path, item) in paths {
+            let operations = item.as_object().expect("path item").iter();
+            for (method, operation) in
+                operations.filter(|(key, _)| ["get", "put", "post", "delete", "patch"].contains(&key.as_str()))
+            {
+                for (status, _) in COMMON_RESPONSES {
+                    let response = &operation["responses"][status];
+                    assert!(
+                        response["content"]["application/problem+json"].is_object(),
+                        "{method} {path} does not describe its {status}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            paths["/admin/v1/agents"]["post"]["responses"]["409"]["description"], "An agent with this id exists",
+            "an operation's own answers are kept"
+        );
         assert!(document["components"]["securitySchemes"]["operator"].is_object());
         assert!(document["components"]["schemas"]["Agent"].is_object());
     }
