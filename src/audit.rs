@@ -4,7 +4,8 @@
 //! far more frequent, so their records go through a bounded queue to one background task that appends them
 //! in batches, one transaction each: a batch is written when `audit.batch_size` records wait, every
 //! `audit.flush_interval_ms`, and at shutdown. A record does not wake the task: only the one that makes a
-//! full batch wait does (a task woken per record would cost every request a wake-up and a poll). While the database is unreachable the task keeps its batch
+//! full batch wait (or fills half the queue, when a batch is larger) does; a task woken per record would cost
+//! every request a wake-up and a poll. While the database is unreachable the task keeps its batch
 //! and retries with backoff, and new records wait in the queue. A record is dropped only when the queue is
 //! full, or when the database refuses a value in it (which no retry would change; the records around it
 //! are written); every drop is counted ([`AuditStats`]) and logged.
@@ -60,13 +61,14 @@ struct Doorbell {
     notify: Notify,
     /// Rung since the task last looked at the queue: the records after the one that rang need not ring.
     rung: AtomicBool,
-    batch_size: usize,
+    /// A full batch, or half the queue when a batch is larger than that (it could never wait in it whole).
+    threshold: usize,
 }
 
 impl Doorbell {
-    /// Wakes the task when `waiting` records make a batch, unless it was already rung.
+    /// Wakes the task when `waiting` records reach the threshold, unless it was already rung.
     fn ring_if_full(&self, waiting: usize) {
-        if waiting >= self.batch_size && !self.rung.load(Ordering::Relaxed) && !self.rung.swap(true, Ordering::AcqRel) {
+        if waiting >= self.threshold && !self.rung.load(Ordering::Relaxed) && !self.rung.swap(true, Ordering::AcqRel) {
             self.notify.notify_one();
         }
     }
@@ -83,7 +85,9 @@ impl AuditWriter {
     pub fn start(store: Arc<dyn Store>, config: &AuditConfig) -> (AuditWriter, AuditTask) {
         let stats = Arc::new(AuditStats::default());
         let batch_size = config.batch_size.max(1);
-        let bell = Arc::new(Doorbell { notify: Notify::new(), rung: AtomicBool::new(false), batch_size });
+        let queue_capacity = config.queue_capacity.max(1);
+        let threshold = batch_size.min(queue_capacity.div_ceil(2));
+        let bell = Arc::new(Doorbell { notify: Notify::new(), rung: AtomicBool::new(false), threshold });
         let (stop_tx, stop_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();
         if !config.mcp_requests {
@@ -91,7 +95,7 @@ impl AuditWriter {
             let writer = AuditWriter { sender: None, bell, stats };
             return (writer, AuditTask { stop: Some(stop_tx), done: Some(done_rx) });
         }
-        let (sender, receiver) = mpsc::channel(config.queue_capacity.max(1));
+        let (sender, receiver) = mpsc::channel(queue_capacity);
         let batcher = Batcher {
             store,
             stats: stats.clone(),
@@ -369,6 +373,22 @@ mod tests {
         task.stop(Duration::from_secs(5)).await;
         assert_eq!(stats.written.load(Ordering::Relaxed), 4, "stop writes it");
         assert_eq!(stats.dropped.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn a_half_full_queue_rings_when_a_batch_is_larger_than_the_queue() {
+        let (store, _file) = temp_store().await;
+        let config =
+            AuditConfig { queue_capacity: 8, batch_size: 100, flush_interval_ms: 3_600_000, ..AuditConfig::default() };
+        let (writer, task) = AuditWriter::start(store.clone(), &config);
+        let stats = writer.stats().clone();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for n in 0..4 {
+            writer.record(record(n));
+        }
+        until("the half-full queue written", || stats.written.load(Ordering::Relaxed) == 4).await;
+        assert_eq!(stats.dropped.load(Ordering::Relaxed), 0);
+        task.stop(Duration::from_secs(5)).await;
     }
 
     #[tokio::test]
