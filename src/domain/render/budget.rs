@@ -70,6 +70,11 @@ impl Budget {
     pub const fn remaining(&self) -> usize {
         self.limit.saturating_sub(self.used)
     }
+
+    /// Charges `bytes` of output rendered without MiniJinja; `None`, charging nothing, when they do not fit.
+    pub(super) fn take(&mut self, bytes: usize) -> Option<()> {
+        (bytes <= self.remaining()).then(|| self.used += bytes)
+    }
 }
 
 impl Default for Budget {

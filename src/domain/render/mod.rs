@@ -26,7 +26,7 @@ mod filters;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::sync::LazyLock;
 
@@ -104,30 +104,113 @@ pub struct Compiled {
     quick: Environment<'static>,
     /// The same compiled templates with [`FUEL`].
     full: Environment<'static>,
+    /// The templates made only of text and `{{ name }}` (most prompts), by source: rendered by [`Plain`].
+    plain: HashMap<Box<str>, Plain>,
 }
 
 impl Compiled {
     /// Checks and compiles `sources`.
     pub fn new<'a>(sources: impl IntoIterator<Item = &'a str>) -> Self {
         let mut quick = QUICK_ENVIRONMENT.clone();
+        let mut plain = HashMap::new();
         for source in sources {
             // The rules first, as for every render: compiling folds constant expressions, which a refused
             // operator could make huge. One that fails is left to `render_with_budget` to report.
-            if check::check(source).is_ok() {
-                let _ = quick.add_template_owned(source.to_owned(), source.to_owned());
+            if check::check(source).is_ok()
+                && quick.add_template_owned(source.to_owned(), source.to_owned()).is_ok()
+                && let Some(parts) = Plain::parse(source)
+            {
+                plain.insert(source.into(), parts);
             }
         }
         let mut full = quick.clone();
         full.set_fuel(Some(FUEL));
-        Self { quick, full }
+        Self { quick, full, plain }
     }
 
     /// Renders `source` as [`render_with_budget`] does, from its compiled template when there is one.
     pub fn render(&self, source: &str, args: &BTreeMap<String, String>, budget: &mut Budget) -> Result<String, String> {
+        if let Some(plain) = self.plain.get(source)
+            && let Some(rendered) = plain.render(args, budget)
+        {
+            return Ok(rendered);
+        }
         let environment = if budget.is_quick() { &self.quick } else { &self.full };
         match environment.get_template(source) {
             Ok(template) => render_template(&template, args, budget),
             Err(_) => render_with_budget(source, args, budget),
+        }
+    }
+}
+
+/// A template of text and `{{ name }}` substitutions only, the shape of most prompts, rendered by
+/// concatenation: what MiniJinja renders for it (this environment escapes nothing, keeps a trailing newline
+/// and renders a missing argument empty), for a fraction of the instructions. A name MiniJinja would not take
+/// from the arguments alone (a constant, a function, a special variable) keeps the template on MiniJinja.
+#[derive(Debug, Clone)]
+struct Plain {
+    parts: Vec<Part>,
+}
+
+#[derive(Debug, Clone)]
+enum Part {
+    Text(Box<str>),
+    Argument(Box<str>),
+}
+
+/// Names a plain substitution may not take: MiniJinja's constants, special variables and the functions.
+const NOT_PLAIN: &[&str] =
+    &["true", "false", "none", "True", "False", "None", "self", "super", "loop", "varargs", "kwargs", "caller"];
+
+impl Plain {
+    /// The parts of `source`, if it is only text and `{{ name }}`.
+    fn parse(source: &str) -> Option<Self> {
+        if source.contains("{%") || source.contains("{#") {
+            return None;
+        }
+        let mut parts = Vec::new();
+        let mut rest = source;
+        while let Some(start) = rest.find("{{") {
+            let (text, tag) = rest.split_at(start);
+            let end = tag.find("}}")?;
+            let name = tag[2..end].trim_matches(|c: char| c.is_ascii_whitespace());
+            let mut chars = name.chars();
+            let is_name = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !is_name || NOT_PLAIN.contains(&name) || FUNCTIONS.contains(&name) {
+                return None;
+            }
+            if !text.is_empty() {
+                parts.push(Part::Text(text.into()));
+            }
+            parts.push(Part::Argument(name.into()));
+            rest = &tag[end + 2..];
+        }
+        if !rest.is_empty() {
+            parts.push(Part::Text(rest.into()));
+        }
+        Some(Self { parts })
+    }
+
+    /// The rendered text, charged to `budget`; `None` when it would exceed the budget, so that MiniJinja
+    /// renders it and reports the refusal as for any template.
+    fn render(&self, args: &BTreeMap<String, String>, budget: &mut Budget) -> Option<String> {
+        let length = self.parts.iter().map(|part| part.text(args).len()).sum::<usize>();
+        budget.take(length)?;
+        let mut output = String::with_capacity(length);
+        for part in &self.parts {
+            output.push_str(part.text(args));
+        }
+        Some(output)
+    }
+}
+
+impl Part {
+    /// What the part renders as: its text, or the argument's value (empty when it is missing).
+    fn text<'a>(&'a self, args: &'a BTreeMap<String, String>) -> &'a str {
+        match self {
+            Part::Text(text) => text,
+            Part::Argument(name) => args.get(&**name).map_or("", String::as_str),
         }
     }
 }

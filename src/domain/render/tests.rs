@@ -424,3 +424,44 @@ fn compiled_templates_render_as_their_sources_do() {
         assert_eq!(compiled.full.get_template(source).is_ok(), is_compiled, "{source}");
     }
 }
+
+#[test]
+fn plain_templates_render_as_minijinja_renders_them() {
+    let sources = [
+        ("Research {{ topic }} in {{depth}} depth.\n", true),
+        ("{{ topic }}{{ topic }}", true),
+        ("{{\n\ttopic\n}} and {{ missing }} }} {", true),
+        ("no substitution at all\r\n\n", true),
+        ("", true),
+        ("{{ _x1 }}", true),
+        ("{{ true }} {{ none }} {{ range }} {{ loop }}", false),
+        ("{{ topic|upper }}", false),
+        ("{{- topic -}} x", false),
+        ("{{ topic }} {% if depth %}{{ depth }}{% endif %}", false),
+        ("{# note #}{{ topic }}", false),
+        ("{{ '}}' }}", false),
+        ("{{ topic.x }}", false),
+    ];
+    let values = [
+        args(&[("topic", "quantum computing"), ("depth", "deep")]),
+        args(&[("topic", "{{ depth }} <b>&</b>"), ("_x1", "é")]),
+        args(&[]),
+    ];
+    for (source, plain) in sources {
+        let compiled = Compiled::new([source]);
+        assert_eq!(compiled.plain.contains_key(source), plain, "{source:?}");
+        for values in &values {
+            let (mut fast, mut slow) = (Budget::default(), Budget::default());
+            let expected = render_with_budget(source, values, &mut slow);
+            assert_eq!(compiled.render(source, values, &mut fast), expected, "{source:?} with {values:?}");
+            assert_eq!(fast, slow, "{source:?} charges the same");
+        }
+    }
+    // Over the budget, the refusal is MiniJinja's.
+    let source = "Research {{ topic }} in {{ depth }} depth.";
+    let (mut fast, mut slow) = (Budget::new(12), Budget::new(12));
+    let expected = render_with_budget(source, &values[0], &mut slow);
+    assert!(expected.is_err());
+    assert_eq!(Compiled::new([source]).render(source, &values[0], &mut fast), expected);
+    assert_eq!(fast, slow);
+}
