@@ -11,7 +11,7 @@
 //! are written); every drop is counted ([`AuditStats`]) and logged.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc::error::TryRecvError;
@@ -63,11 +63,14 @@ struct Doorbell {
     rung: AtomicBool,
     /// A full batch, or half the queue when a batch is larger than that (it could never wait in it whole).
     threshold: usize,
+    /// Records the task took from the queue and holds to fill its next batch; they count towards it.
+    held: AtomicUsize,
 }
 
 impl Doorbell {
     /// Wakes the task when `waiting` records reach the threshold, unless it was already rung.
     fn ring_if_full(&self, waiting: usize) {
+        let waiting = waiting + self.held.load(Ordering::Relaxed);
         if waiting >= self.threshold && !self.rung.load(Ordering::Relaxed) && !self.rung.swap(true, Ordering::AcqRel) {
             self.notify.notify_one();
         }
@@ -87,7 +90,12 @@ impl AuditWriter {
         let batch_size = config.batch_size.max(1);
         let queue_capacity = config.queue_capacity.max(1);
         let threshold = batch_size.min(queue_capacity.div_ceil(2));
-        let bell = Arc::new(Doorbell { notify: Notify::new(), rung: AtomicBool::new(false), threshold });
+        let bell = Arc::new(Doorbell {
+            notify: Notify::new(),
+            rung: AtomicBool::new(false),
+            threshold,
+            held: AtomicUsize::new(0),
+        });
         let (stop_tx, stop_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();
         if !config.mcp_requests {
@@ -163,15 +171,16 @@ impl Batcher {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tokio::select! {
+            // Rung: full batches are written and the rest waits for more; at the interval, everything.
+            let everything = tokio::select! {
                 biased;
                 _ = &mut stop => break,
-                () = self.bell.notify.notified() => {},
-                _ = tick.tick() => {},
-            }
+                () = self.bell.notify.notified() => false,
+                _ = tick.tick() => true,
+            };
             // From here on a full queue rings again.
             self.bell.rung.store(false, Ordering::Release);
-            if !self.drain(&mut receiver, &mut batch).await {
+            if !self.drain(&mut receiver, &mut batch, everything).await {
                 break;
             }
         }
@@ -191,9 +200,14 @@ impl Batcher {
         }
     }
 
-    /// Writes everything waiting in the queue, in full batches and then the rest; false when every sender is
-    /// gone.
-    async fn drain(&self, receiver: &mut mpsc::Receiver<AuditRecord>, batch: &mut Vec<AuditRecord>) -> bool {
+    /// Takes everything waiting in the queue, writing full batches, and with `everything` the rest too; false
+    /// when every sender is gone.
+    async fn drain(
+        &self,
+        receiver: &mut mpsc::Receiver<AuditRecord>,
+        batch: &mut Vec<AuditRecord>,
+        everything: bool,
+    ) -> bool {
         let open = loop {
             match receiver.try_recv() {
                 Ok(record) => {
@@ -206,9 +220,13 @@ impl Batcher {
                 Err(TryRecvError::Disconnected) => break false,
             }
         };
-        if !batch.is_empty() {
+        // Records that came in while full batches were written wait to fill one: writing them at once would
+        // double the transactions (and chain-head updates) of a busy writer. A batch larger than half the
+        // queue is written from the threshold that rang.
+        if !batch.is_empty() && (everything || batch.len() >= self.bell.threshold) {
             self.write(batch).await;
         }
+        self.bell.held.store(batch.len(), Ordering::Relaxed);
         open
     }
 
@@ -363,15 +381,22 @@ mod tests {
         let (writer, task) = AuditWriter::start(store.clone(), &config);
         let stats = writer.stats().clone();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        for n in 0..3 {
+        // Five records queue before the writer runs: the third rings, a batch of three is written, and the
+        // two after it wait to fill the next batch.
+        for n in 0..5 {
             writer.record(record(n));
         }
         until("the full batch", || stats.written.load(Ordering::Relaxed) == 3).await;
-        writer.record(record(3));
         tokio::time::sleep(Duration::from_millis(200)).await;
-        assert_eq!(stats.written.load(Ordering::Relaxed), 3, "one record is not a batch: it waits");
+        assert_eq!(stats.written.load(Ordering::Relaxed), 3, "two records are not a batch: they wait");
+        // The two held count: one more makes a batch.
+        writer.record(record(5));
+        until("the second batch", || stats.written.load(Ordering::Relaxed) == 6).await;
+        writer.record(record(6));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(stats.written.load(Ordering::Relaxed), 6, "one record is not a batch: it waits");
         task.stop(Duration::from_secs(5)).await;
-        assert_eq!(stats.written.load(Ordering::Relaxed), 4, "stop writes it");
+        assert_eq!(stats.written.load(Ordering::Relaxed), 7, "stop writes the last one");
         assert_eq!(stats.dropped.load(Ordering::Relaxed), 0);
     }
 
