@@ -15,36 +15,59 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// the crate exports no constants for these two). A test checks that each index still holds the option's
 /// default.
 mod allocator {
-    use libmimalloc_sys::{mi_option_set, mi_option_t};
+    use std::time::Duration;
+
+    use libmimalloc_sys::{mi_collect, mi_option_set, mi_option_t};
 
     /// Whether arenas commit their memory at once (default 2: on systems that overcommit).
     pub const ARENA_EAGER_COMMIT: mi_option_t = 4;
     /// How long freed memory waits before it is returned to the system, in milliseconds (default 1000).
     pub const PURGE_DELAY: mi_option_t = 15;
 
-    /// Freed memory goes back to the system at once, and arenas made from now on commit memory only when it
-    /// is used, so that idle connections and streams cost about what they hold: 28–34 KiB per idle SSE
-    /// stream, against 36–45 KiB with mimalloc's defaults (which keep freed memory resident for a second).
-    /// The arena mimalloc made before `main` keeps its eager commit; the environment variables
-    /// `MIMALLOC_ARENA_EAGER_COMMIT=0` and `MIMALLOC_PURGE_DELAY=0`, which the container image sets, reach
-    /// that one too (22–26 KiB). The price is CPU: with mimalloc's defaults W1 served about 10 % more
-    /// requests a second (bench/README.md). An option the environment sets keeps the environment's value,
-    /// which mimalloc has already read.
+    /// How often the purger returns the freed memory whose delay has passed.
+    const PURGE_EVERY: Duration = Duration::from_millis(250);
+
+    /// Arenas made from now on commit memory only when it is used, so that idle connections and streams cost
+    /// about what they hold. The arena mimalloc made before `main` keeps its eager commit; the environment
+    /// variable `MIMALLOC_ARENA_EAGER_COMMIT=0`, which the container image sets, reaches that one too. An
+    /// option the environment sets keeps the environment's value, which mimalloc has already read.
+    ///
+    /// Freed memory keeps mimalloc's delay (1 s) before it goes back to the system: under load most of it is
+    /// used again within that second, and returning it at once (`MIMALLOC_PURGE_DELAY=0`) cost W1 about
+    /// 2.5 µs of CPU a request in page faults and fresh pages (bench/README.md). mimalloc purges only when a
+    /// thread allocates or collects, so an idle server would keep its freed memory; [`start_purger`] collects.
     pub fn configure() {
-        for (option, names) in OPTIONS {
-            if !set_by_environment(names) {
+        for (option, value, names) in OPTIONS {
+            if let Some(value) = value
+                && !set_by_environment(names)
+            {
                 // SAFETY: `mi_option_set` only stores the value; mimalloc reads these options when it next
                 // makes an arena or purges memory, so setting them while it is in use is allowed.
-                unsafe { mi_option_set(option, 0) };
+                unsafe { mi_option_set(option, value) };
             }
         }
     }
 
-    /// Each option with the environment variables mimalloc reads it from (its name and its older name;
-    /// mimalloc ignores their case).
-    const OPTIONS: [(mi_option_t, &[&str]); 2] = [
-        (ARENA_EAGER_COMMIT, &["MIMALLOC_ARENA_EAGER_COMMIT", "MIMALLOC_EAGER_REGION_COMMIT"]),
-        (PURGE_DELAY, &["MIMALLOC_PURGE_DELAY", "MIMALLOC_RESET_DELAY"]),
+    /// A thread that asks mimalloc every [`PURGE_EVERY`] to return the freed memory whose delay has passed
+    /// (arenas are process-wide, so any thread's collection purges them): an idle server, whose workers no
+    /// longer allocate, returns what its last requests freed within about a second and a quarter.
+    pub fn start_purger() -> std::io::Result<()> {
+        std::thread::Builder::new().name("hivegate-purge".to_owned()).spawn(|| {
+            loop {
+                std::thread::sleep(PURGE_EVERY);
+                // SAFETY: `mi_collect` may be called from any thread at any time; `false` collects only what
+                // is due (it frees this thread's own empty pages and purges expired ranges of the arenas).
+                unsafe { mi_collect(false) };
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Each option with the value hivegate gives it (`None`: mimalloc's default) and the environment
+    /// variables mimalloc reads it from (its name and its older name; mimalloc ignores their case).
+    const OPTIONS: [(mi_option_t, Option<std::ffi::c_long>, &[&str]); 2] = [
+        (ARENA_EAGER_COMMIT, Some(0), &["MIMALLOC_ARENA_EAGER_COMMIT", "MIMALLOC_EAGER_REGION_COMMIT"]),
+        (PURGE_DELAY, None, &["MIMALLOC_PURGE_DELAY", "MIMALLOC_RESET_DELAY"]),
     ];
 
     fn set_by_environment(names: &[&str]) -> bool {
@@ -61,11 +84,51 @@ mod allocator {
         #[test]
         fn the_option_indexes_name_the_options_meant() {
             // mimalloc's defaults (its src/options.c), unless the environment sets the option.
-            for ((option, names), default) in OPTIONS.into_iter().zip([2, 1000]) {
+            for ((option, _, names), default) in OPTIONS.into_iter().zip([2, 1000]) {
                 if !set_by_environment(names) {
                     // SAFETY: reading an option has no precondition.
                     assert_eq!(unsafe { mi_option_get(option) }, default, "{}", names[0]);
                 }
+            }
+        }
+
+        /// The process's resident memory in KiB.
+        fn rss_kib() -> u64 {
+            let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+            let line = status.lines().find_map(|line| line.strip_prefix("VmRSS:")).expect("VmRSS");
+            line.trim().trim_end_matches("kB").trim().parse().expect("VmRSS in kB")
+        }
+
+        #[test]
+        #[cfg(target_os = "linux")]
+        fn memory_freed_by_a_thread_that_went_quiet_goes_back_to_the_system() {
+            if set_by_environment(OPTIONS[1].2) {
+                return; // the environment chose the purge delay; the default's behaviour is what is tested
+            }
+            start_purger().expect("purge thread");
+            let before = rss_kib();
+            // 256 MiB in 4 KiB blocks, written so that they are resident, freed by a thread that then exits:
+            // nothing allocates afterwards, so only the purger can return them.
+            let peak = std::thread::spawn(|| {
+                let blocks: Vec<Vec<u8>> = (0..65_536).map(|i| vec![i as u8 | 1; 4096]).collect();
+                let peak = rss_kib();
+                assert!(blocks.iter().all(|block| block[4095] != 0));
+                peak
+            })
+            .join()
+            .expect("allocating thread");
+            assert!(peak >= before + 200 * 1024, "resident memory {peak} KiB with the blocks, {before} KiB before");
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                let now = rss_kib();
+                if now < before + 64 * 1024 {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "resident memory {now} KiB, {before} KiB before 256 MiB were allocated and freed"
+                );
+                std::thread::sleep(Duration::from_millis(100));
             }
         }
     }
@@ -92,10 +155,7 @@ async fn main() -> ExitCode {
         }
     };
     let outcome = match cli.command {
-        Command::Serve => match Application::build(config).await {
-            Ok(application) => application.run_until_stopped().await,
-            Err(error) => Err(error),
-        },
+        Command::Serve => serve(config).await,
         Command::Migrate => app::migrate_only(&config).await,
         Command::Healthcheck => app::healthcheck(&config).await,
         Command::AdminToken { command: AdminTokenCommand::Rotate } => app::rotate_operator_token(&config).await,
@@ -127,6 +187,13 @@ async fn main() -> ExitCode {
     // Last, so that the spans of the drained requests are exported; the exporter blocks while it flushes.
     let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     code
+}
+
+/// The gateway, until it is stopped.
+async fn serve(config: Config) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    allocator::start_purger().context("starting the allocator's purge thread")?;
+    Application::build(config).await?.run_until_stopped().await
 }
 
 /// Runs one admin API command against the gateway `target` names and prints its answer.
