@@ -5,14 +5,17 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, State};
-use axum::http::{HeaderName, Request, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, Request, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
+use http_body::Body as _;
 use tower::ServiceBuilder;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
-use tower_http::trace::{DefaultOnResponse, OnResponse as _, TraceLayer};
+use tower_http::classify::ServerErrorsFailureClass;
+use tower_http::trace::{
+    DefaultOnFailure, DefaultOnRequest, DefaultOnResponse, OnFailure as _, OnRequest as _, OnResponse as _,
+};
+use tracing::Instrument as _;
 
 use crate::metrics::{HttpLabels, HttpRouteLabels, Refused};
 use crate::state::AppState;
@@ -71,19 +74,8 @@ fn with_layers(routes: Router<AppState>, state: AppState) -> Router {
         .fallback(not_found)
         .layer(
             ServiceBuilder::new()
-                // Secrets are marked sensitive first, so no later layer can log them.
-                .layer(SetSensitiveRequestHeadersLayer::new([
-                    header::AUTHORIZATION,
-                    HeaderName::from_static(auth::KEY_HEADER),
-                ]))
-                // Every request gets an id (the client's `x-request-id` if it sent one) …
-                .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
-                // … that the trace span carries, so every log line of a request can be found …
-                .layer(TraceLayer::new_for_http().make_span_with(request_span).on_response(record_status))
-                // … and that goes back to the client.
-                .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-                // The request's frame: its target and header fields checked, its handler timed out or caught
-                // when it panics, its answer counted (see `frame`).
+                // The request's frame: its secrets marked, its id and trace span, its target and header fields
+                // checked, its handler timed out or caught when it panics, its answer counted (see `frame`).
                 .layer(axum::middleware::from_fn_with_state(state.clone(), frame))
                 // Bodies are read by our own extractors, which turn this limit into a 413 in our format.
                 .layer(DefaultBodyLimit::max(max_body)),
@@ -115,17 +107,30 @@ fn request_span(request: &Request<axum::body::Body>) -> tracing::Span {
     span
 }
 
-/// Records the answer's status on the request span (a 5xx marks it failed), then logs it as tower-http does.
+/// Records the answer's status on the request span (a 5xx marks it failed), then logs it as tower-http's
+/// trace layer does: the answer at DEBUG, and a 5xx as a failure at ERROR.
 fn record_status<B>(response: &axum::http::Response<B>, latency: Duration, span: &tracing::Span) {
     let status = response.status();
     span.record("status", status.as_u16());
+    DefaultOnResponse::default().on_response(response, latency, span);
     if status.is_server_error() {
         span.record("otel.status_code", "error");
+        DefaultOnFailure::default().on_failure(ServerErrorsFailureClass::StatusCode(status), latency, span);
     }
-    DefaultOnResponse::default().on_response(response, latency, span);
 }
 
-/// The outermost layer of our own, one layer rather than three since every request passes it:
+/// The header fields that carry secrets: marked sensitive before anything can look at the request, so that
+/// no debug output or log line shows them.
+const SECRET_HEADERS: [HeaderName; 2] = [header::AUTHORIZATION, HeaderName::from_static(auth::KEY_HEADER)];
+
+/// The one layer every request passes, doing in one place (and one boxed future) what would otherwise take
+/// five layers' services and futures (tower-http's sensitive-header, request-id, propagation and trace
+/// layers, each of which cost the request path more than all of their work together; bench/README.md):
+/// - the secrets among the header fields are marked sensitive ([`SECRET_HEADERS`]);
+/// - the request gets an id: the client's `x-request-id`, else a new UUID, which the answer carries back;
+/// - the request runs in its trace span ([`request_span`]), which records the answer's status and logs it
+///   as tower-http's trace layer does (a started and a finished event at DEBUG, a 5xx at ERROR); a stream's
+///   body is polled in the span too;
 /// - the request target and header fields are checked before anything else looks at them
 ///   ([`limits::refuse_head`]);
 /// - a request that takes longer than `http.request_timeout_ms` is cut off with 408 rather than holding
@@ -136,29 +141,89 @@ fn record_status<B>(response: &axum::http::Response<B>, latency: Duration, span:
 async fn frame(
     State(state): State<AppState>,
     route: Option<MatchedPath>,
-    request: Request<axum::body::Body>,
+    mut request: Request<axum::body::Body>,
     next: Next,
 ) -> Response {
     let started = std::time::Instant::now();
+    let headers = request.headers_mut();
+    for name in &SECRET_HEADERS {
+        if let header::Entry::Occupied(mut entry) = headers.entry(name) {
+            entry.iter_mut().for_each(|value| value.set_sensitive(true));
+        }
+    }
+    let request_id = match headers.get(REQUEST_ID) {
+        Some(id) => id.clone(),
+        None => {
+            let id = new_request_id();
+            headers.insert(REQUEST_ID, id.clone());
+            id
+        }
+    };
+    let span = request_span(&request);
+    span.in_scope(|| DefaultOnRequest::default().on_request(&request, &span));
     let is_mcp = limits::is_mcp(route.as_ref());
     let route = route.map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
     let method = crate::metrics::method_label(request.method());
-    let response = match limits::refuse_head(&state.config.limits, is_mcp, &request) {
+    let mut response = match limits::refuse_head(&state.config.limits, is_mcp, &request) {
         Some(refusal) => refusal,
         None => {
             let limit = Duration::from_millis(state.config.http.request_timeout_ms);
-            limits::within(limit, is_mcp, next.run(request)).await
+            limits::within(limit, is_mcp, next.run(request)).instrument(span.clone()).await
         }
     };
+    let latency = started.elapsed();
+    span.in_scope(|| record_status(&response, latency, &span));
     let metrics = &state.metrics;
     let labels = HttpRouteLabels { route, method };
-    metrics.http_duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
+    metrics.http_duration.get_or_create(&labels).observe(latency.as_secs_f64());
     let labels = HttpLabels { route: labels.route, method: labels.method, status: response.status().as_u16() };
     metrics.http_requests.get_or_create(&labels).inc();
     if let Some(Refused(limit)) = response.extensions().get::<Refused>() {
         metrics.refused(*limit);
     }
+    if !response.headers().contains_key(REQUEST_ID) {
+        response.headers_mut().insert(REQUEST_ID, request_id);
+    }
+    // A stream's events are produced while its body is polled, long after the answer's head: in the span.
+    if !span.is_disabled() && response.body().size_hint().exact().is_none() {
+        response = response.map(|body| axum::body::Body::new(InSpan { body, span }));
+    }
     response
+}
+
+/// A new request id: a random UUID.
+fn new_request_id() -> HeaderValue {
+    let mut buffer = uuid::Uuid::encode_buffer();
+    let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buffer);
+    HeaderValue::from_str(id).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
+}
+
+/// A response body polled in its request's span.
+struct InSpan {
+    body: axum::body::Body,
+    span: tracing::Span,
+}
+
+impl http_body::Body for InSpan {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        let _entered = this.span.enter();
+        std::pin::Pin::new(&mut this.body).poll_frame(context)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// After a successful admin write, waits until the change has come back through the bus (see

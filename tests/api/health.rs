@@ -3,13 +3,43 @@ use serde_json::Value;
 
 use crate::helpers::{Api, Backend, expect_json, expect_problem, expect_problem_in, expect_status, spawn_app};
 
-both!(health_and_readiness, openapi_document, unknown_endpoints, audit_log);
+both!(health_and_readiness, openapi_document, unknown_endpoints, audit_log, request_ids);
 
 async fn health_and_readiness(backend: Backend) {
     let app = spawn_app(backend).await;
     // No credentials needed.
     expect_status(app.anon(Method::GET, "/healthz").send().await.unwrap(), StatusCode::OK).await;
     expect_status(app.anon(Method::GET, "/readyz").send().await.unwrap(), StatusCode::OK).await;
+}
+
+/// Every answer, refusals and unknown paths included, carries a request id: the client's, else a new UUID.
+async fn request_ids(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id_of = |response: &reqwest::Response| {
+        response.headers().get("x-request-id").and_then(|v| v.to_str().ok()).map(str::to_owned)
+    };
+    let mut generated = Vec::new();
+    for path in ["/healthz", "/no/such/endpoint", "/admin/v1/agents"] {
+        let response = app.anon(Method::GET, path).send().await.unwrap();
+        let id = id_of(&response).unwrap_or_else(|| panic!("{path}: no x-request-id"));
+        assert!(uuid::Uuid::parse_str(&id).is_ok_and(|id| id.get_version_num() == 4), "{path}: {id}");
+        generated.push(id);
+        let response = app.anon(Method::GET, path).header("x-request-id", "client-chosen-7").send().await.unwrap();
+        assert_eq!(id_of(&response).as_deref(), Some("client-chosen-7"), "{path}");
+    }
+    generated.sort();
+    generated.dedup();
+    assert_eq!(generated.len(), 3, "ids repeat: {generated:?}");
+    // A request refused for its header fields (431) is answered with its id too.
+    let response = app
+        .anon(Method::GET, "/healthz")
+        .header("x-request-id", "client-chosen-8")
+        .header("x-filler", "a".repeat(64 * 1024))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    assert_eq!(id_of(&response).as_deref(), Some("client-chosen-8"));
 }
 
 /// A path of the document with its parameter names erased: `/a/{agent_id}` and `/a/{agentId}` are one path.
