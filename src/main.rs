@@ -34,7 +34,7 @@ mod allocator {
     ///
     /// Freed memory keeps mimalloc's delay (1 s) before it goes back to the system: under load most of it is
     /// used again within that second, and returning it at once (`MIMALLOC_PURGE_DELAY=0`) cost W1 about
-    /// 2.5 µs of CPU a request in page faults and fresh pages (bench/README.md). mimalloc purges only when a
+    /// 2.3 µs of CPU a request in page faults and fresh pages (bench/README.md). mimalloc purges only when a
     /// thread allocates or collects, so an idle server would keep its freed memory; [`start_purger`] collects.
     pub fn configure() {
         for (option, value, names) in OPTIONS {

@@ -123,9 +123,10 @@ fn record_status<B>(response: &axum::http::Response<B>, latency: Duration, span:
 /// no debug output or log line shows them.
 const SECRET_HEADERS: [HeaderName; 2] = [header::AUTHORIZATION, HeaderName::from_static(auth::KEY_HEADER)];
 
-/// The one layer every request passes, doing in one place (and one boxed future) what would otherwise take
-/// five layers' services and futures (tower-http's sensitive-header, request-id, propagation and trace
-/// layers, each of which cost the request path more than all of their work together; bench/README.md):
+/// The one layer every request passes. It also does the work of tower-http's sensitive-header, request-id,
+/// request-id propagation and trace layers, whose services, futures and body wrapper cost the request path
+/// more than that work does (bench/README.md); the response bodies of our streams cannot fail, so no body
+/// failure goes unlogged without the trace layer's wrapper:
 /// - the secrets among the header fields are marked sensitive ([`SECRET_HEADERS`]);
 /// - the request gets an id: the client's `x-request-id`, else a new UUID, which the answer carries back;
 /// - the request runs in its trace span ([`request_span`]), which records the answer's status and logs it
