@@ -350,7 +350,7 @@ mod tests {
         let url = file.url();
         let mut admin = sqlx::SqliteConnection::connect(&url).await.expect("connection");
         // The table goes away: every batch fails until it is back.
-        sqlx::query("alter table audit rename to audit_away").execute(&mut admin).await.expect("rename");
+        sqlx::query("alter table audit_segment rename to audit_away").execute(&mut admin).await.expect("rename");
 
         let config = AuditConfig { batch_size: 2, flush_interval_ms: 20, ..AuditConfig::default() };
         let (writer, task) = AuditWriter::start(store.clone(), &config);
@@ -362,7 +362,7 @@ mod tests {
         assert_eq!(stats.written.load(Ordering::Relaxed), 0);
         assert_eq!(stats.backlog(), 3);
 
-        sqlx::query("alter table audit_away rename to audit").execute(&mut admin).await.expect("rename back");
+        sqlx::query("alter table audit_away rename to audit_segment").execute(&mut admin).await.expect("rename back");
         until("every record written", || stats.written.load(Ordering::Relaxed) == 3).await;
         assert_eq!(stats.dropped.load(Ordering::Relaxed), 0);
         let stored = store.list_audit(&AuditFilter::default(), None, 10).await.expect("list");

@@ -14,8 +14,6 @@ use crate::domain::session::{Pruned, Session, SessionDigest};
 use crate::domain::time::Timestamp;
 use crate::domain::{AgentId, PromptName, ResourceUri};
 
-/// PostgreSQL's binary `COPY` format, for the audit writer's batches.
-mod copy;
 /// The PostgreSQL implementation (several replicas; LISTEN/NOTIFY).
 pub mod postgres;
 /// Rows as the database returns them, and their conversion into domain records.

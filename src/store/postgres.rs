@@ -14,11 +14,9 @@ use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, Postgres, Transaction};
 
-use super::copy::BinaryRows;
-use super::sql::{audit_insert, audit_insert_columns, classify, classify_migration, impl_store};
+use super::sql::{classify, classify_migration, impl_store};
 use super::{Quotas, StoreError, StoreResult};
 use crate::config::DatabaseConfig;
-use crate::domain::model::AuditRecord;
 use crate::events::postgres::REPLICA_TTL_SECS;
 use crate::events::{BusMessage, CHANNEL};
 
@@ -167,82 +165,7 @@ impl PgStore {
         .map_err(Self::error)?;
         Ok(())
     }
-
-    /// Appends chained audit rows: a batch of [`AUDIT_COPY_FROM`] or more with one `COPY … FROM STDIN` in
-    /// binary format, which costs PostgreSQL about a quarter less CPU per row than an `insert … select … from
-    /// unnest(…)` of one array per column, which must take apart and re-zip two dozen arrays (bench/README.md).
-    ///
-    /// Fewer rows, an admin change's one among them, go in one multi-row `insert` instead: the driver sends `COPY`'s end as a write of its own after the data, which without
-    /// `TCP_NODELAY` (the driver sets none) waits for the server's delayed acknowledgement of the data, about
-    /// 40 ms, while an `insert` goes out in one write.
-    async fn insert_audit_rows(tx: &mut Transaction<'static, Postgres>, records: &[AuditRecord]) -> StoreResult<()> {
-        const COLUMNS: i16 = 26;
-        if records.len() < AUDIT_COPY_FROM {
-            let mut insert = audit_insert!(Postgres, records);
-            // Each number of rows is a statement of its own: only an admin change's one-row insert is kept
-            // prepared, so the others do not push the connection's prepared statements out of its cache.
-            insert.build().persistent(records.len() == 1).execute(&mut **tx).await.map_err(Self::error)?;
-            return Ok(());
-        }
-        // Encoding thousands of records is milliseconds of work.
-        let data = super::off_the_workers(records.len(), || Self::encode_audit_rows(records, COLUMNS))
-            .ok_or_else(|| StoreError::Invalid("an audit record field exceeds 2 GiB".to_owned()))?;
-        let mut copy = tx
-            .copy_in_raw(concat!("copy audit (", audit_insert_columns!(), ") from stdin (format binary)"))
-            .await
-            .map_err(Self::error)?;
-        if copy.num_columns() != COLUMNS as usize {
-            let columns = copy.num_columns();
-            copy.abort("column count").await.map_err(Self::error)?;
-            return Err(StoreError::Corrupt(format!(
-                "the audit COPY names {columns} columns, the encoder writes {COLUMNS}"
-            )));
-        }
-        copy.send(data).await.map_err(Self::error)?;
-        copy.finish().await.map_err(Self::error)?;
-        Ok(())
-    }
-
-    /// The binary `COPY` data of `records`, `columns` fields each; `None` when a field exceeds 2 GiB.
-    fn encode_audit_rows(records: &[AuditRecord], columns: i16) -> Option<Vec<u8>> {
-        let mut rows = BinaryRows::with_capacity(records.len() * 512);
-        for record in records {
-            rows.row(columns);
-            rows.text(&record.id);
-            rows.text(&record.agent_id);
-            rows.int8(record.occurred_at.as_micros());
-            rows.text(&record.kind);
-            rows.text(&record.actor);
-            rows.text(&record.action);
-            rows.text(&record.target);
-            rows.optional_text(record.before_digest.as_deref());
-            rows.optional_text(record.after_digest.as_deref());
-            rows.optional_text(record.request_id.as_deref());
-            rows.optional_text(record.key_id.as_deref());
-            rows.optional_text(record.key_prefix.as_deref());
-            rows.optional_text(record.session_id.as_deref());
-            rows.optional_text(record.method.as_deref());
-            rows.optional_text(record.outcome.as_deref());
-            rows.optional_int4(record.error_code);
-            rows.optional_int8(record.bytes_out);
-            rows.optional_int8(record.latency_us);
-            rows.optional_text(record.client_ip.as_deref());
-            rows.optional_text(record.user_agent.as_deref());
-            rows.optional_text(record.trace_id.as_deref());
-            rows.optional_int8(record.chain_seq);
-            rows.optional_text(record.prev_hash.as_deref());
-            rows.optional_text(record.hash.as_deref());
-            // created_at, updated_at
-            rows.int8(record.occurred_at.as_micros());
-            rows.int8(record.occurred_at.as_micros());
-        }
-        rows.finish()
-    }
 }
-
-/// Audit rows from which a batch is written by `COPY` rather than by one `insert` (26 values a row stays far
-/// below PostgreSQL's 65,535 parameters).
-const AUDIT_COPY_FROM: usize = 100;
 
 /// A PostgreSQL driver error as a [`StoreError`]; also used by the event listener.
 pub(crate) fn store_error(error: sqlx::Error) -> StoreError {

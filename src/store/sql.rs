@@ -13,12 +13,86 @@ use std::collections::HashSet;
 use sqlx::error::{DatabaseError, ErrorKind};
 
 use super::StoreError;
-use crate::domain::model::{RateLimit, RateLimitPatch, Resource};
+use crate::domain::model::{AuditRecord, RateLimit, RateLimitPatch, Resource};
 
 /// The `impl Store` block itself.
 pub(super) mod methods;
 /// Sessions, subscriptions, the event head and retention: inherent methods the `impl Store` block delegates to.
 pub(super) mod sessions;
+
+/// The most records one audit segment holds: a listing or a chain walk decodes a segment whole, and a
+/// chain page finds the segment holding a position by looking this far back.
+pub(super) const AUDIT_SEGMENT_RECORDS: usize = 1_000;
+
+/// The longest stretch of occurrence time (µs) one audit segment spans: the listing looks this far past
+/// the newest time a page can show for segments holding records at or before it.
+pub(super) const AUDIT_SEGMENT_SPAN: i64 = 60_000_000;
+
+/// Audit segments one `insert` statement carries: 10 values each stays far below both backends' bound
+/// parameters (SQLite's 32,766).
+pub(super) const AUDIT_SEGMENTS_PER_INSERT: usize = 1_000;
+
+/// One audit segment to insert: a run of one agent's chained records (see the 0008 migration).
+pub(super) struct AuditSegment<'a> {
+    pub(super) records: &'a [AuditRecord],
+    pub(super) first_at: i64,
+    pub(super) last_at: i64,
+}
+
+impl AuditSegment<'_> {
+    pub(super) fn agent_id(&self) -> &str {
+        self.records.first().map_or("", |record| &record.agent_id)
+    }
+
+    fn seq(record: Option<&AuditRecord>) -> i64 {
+        record.and_then(|record| record.chain_seq).unwrap_or(0)
+    }
+
+    pub(super) fn first_seq(&self) -> i64 {
+        Self::seq(self.records.first())
+    }
+
+    pub(super) fn last_seq(&self) -> i64 {
+        Self::seq(self.records.last())
+    }
+
+    pub(super) fn prev_hash(&self) -> &str {
+        self.records.first().and_then(|record| record.prev_hash.as_deref()).unwrap_or("")
+    }
+
+    pub(super) fn last_hash(&self) -> &str {
+        self.records.last().and_then(|record| record.hash.as_deref()).unwrap_or("")
+    }
+}
+
+/// Cuts chained `records`, sorted by agent (each agent's in chain order), into segments: one agent's
+/// consecutive records, at most [`AUDIT_SEGMENT_RECORDS`] of them, spanning at most [`AUDIT_SEGMENT_SPAN`].
+pub(super) fn audit_segments(records: &[AuditRecord]) -> Vec<AuditSegment<'_>> {
+    let mut segments = Vec::new();
+    let mut start = 0;
+    let (mut first_at, mut last_at) = (0, 0);
+    for (i, record) in records.iter().enumerate() {
+        let at = record.occurred_at.as_micros();
+        let fits = i > start
+            && record.agent_id == records[start].agent_id
+            && i - start < AUDIT_SEGMENT_RECORDS
+            && at.max(last_at).saturating_sub(at.min(first_at)) <= AUDIT_SEGMENT_SPAN;
+        if fits {
+            first_at = first_at.min(at);
+            last_at = last_at.max(at);
+            continue;
+        }
+        if i > start {
+            segments.push(AuditSegment { records: &records[start..i], first_at, last_at });
+        }
+        start = i;
+        (first_at, last_at) = (at, at);
+    }
+    if start < records.len() {
+        segments.push(AuditSegment { records: &records[start..], first_at, last_at });
+    }
+    segments
+}
 
 /// `Ok` when `value` is within `max` (0 is unlimited), else the error `over` makes.
 pub(super) fn within(value: i64, max: u64, over: impl FnOnce() -> StoreError) -> Result<(), StoreError> {
@@ -186,61 +260,6 @@ macro_rules! template_columns {
     };
 }
 
-/// The columns an audit row is inserted with (its creation and update times are its occurrence).
-macro_rules! audit_insert_columns {
-    () => {
-        "audit_id, agent_id, occurred_at, kind, actor, action, target, before_digest, after_digest, request_id, \
-         key_id, key_prefix, session_id, method, outcome, error_code, bytes_out, latency_us, client_ip, user_agent, \
-         trace_id, chain_seq, prev_hash, hash, created_at, updated_at"
-    };
-}
-
-/// A multi-row `insert` of chained audit rows (in the columns of `audit_insert_columns!`) into the backend's
-/// query builder: `audit_insert!(Database, records)`.
-macro_rules! audit_insert {
-    ($db:ty, $records:expr) => {{
-        let mut insert = sqlx::QueryBuilder::<$db>::new(concat!("insert into audit (", audit_insert_columns!(), ") "));
-        insert.push_values($records, |mut row, record| {
-            let at = record.occurred_at.as_micros();
-            row.push_bind(record.id.as_str())
-                .push_bind(record.agent_id.as_str())
-                .push_bind(at)
-                .push_bind(record.kind.as_str())
-                .push_bind(record.actor.as_str())
-                .push_bind(record.action.as_str())
-                .push_bind(record.target.as_str())
-                .push_bind(record.before_digest.as_deref())
-                .push_bind(record.after_digest.as_deref())
-                .push_bind(record.request_id.as_deref())
-                .push_bind(record.key_id.as_deref())
-                .push_bind(record.key_prefix.as_deref())
-                .push_bind(record.session_id.as_deref())
-                .push_bind(record.method.as_deref())
-                .push_bind(record.outcome.as_deref())
-                .push_bind(record.error_code)
-                .push_bind(record.bytes_out)
-                .push_bind(record.latency_us)
-                .push_bind(record.client_ip.as_deref())
-                .push_bind(record.user_agent.as_deref())
-                .push_bind(record.trace_id.as_deref())
-                .push_bind(record.chain_seq)
-                .push_bind(record.prev_hash.as_deref())
-                .push_bind(record.hash.as_deref())
-                .push_bind(at)
-                .push_bind(at);
-        });
-        insert
-    }};
-}
-
-macro_rules! audit_columns {
-    () => {
-        "audit_id, agent_id, occurred_at, kind, actor, action, target, before_digest, after_digest, request_id, \
-         key_id, key_prefix, session_id, method, outcome, error_code, bytes_out, latency_us, client_ip, user_agent, \
-         trace_id, chain_seq, prev_hash, hash"
-    };
-}
-
 macro_rules! prompt_columns {
     () => {
         "name, title, description, arguments, messages, created_at, updated_at"
@@ -248,8 +267,7 @@ macro_rules! prompt_columns {
 }
 
 pub(super) use {
-    agent_columns, audit_columns, audit_insert, audit_insert_columns, key_columns, prompt_columns, resource_columns,
-    resource_content_columns, template_columns,
+    agent_columns, key_columns, prompt_columns, resource_columns, resource_content_columns, template_columns,
 };
 
 /// Expands the [`Store`](super::Store) implementation for a backend: `impl_store!(Type, Database, "name")`.
@@ -267,8 +285,6 @@ pub(super) use {
 ///   many, creating the head when missing, locking the heads in the order given; returns each head's new
 ///   position and its hash, in the same order;
 /// - `async fn store_audit_heads(tx, heads: &[(&str, String)]) -> StoreResult<()>`: sets each agent's head hash;
-/// - `async fn insert_audit_rows(tx, records: &[AuditRecord]) -> StoreResult<()>`: inserts chained audit rows
-///   (in the columns of `audit_insert_columns!`) the backend's fastest way;
 /// - `fn error(error: sqlx::Error) -> StoreError`.
 macro_rules! impl_store {
     ($store:ty, $db:ty, $backend:literal) => {
@@ -284,13 +300,14 @@ macro_rules! impl_store {
             use $crate::domain::{AgentId, PromptName, ResourceUri};
             use $crate::events::BusMessage;
             use $crate::store::rows::{
-                AgentRow, AuditRow, EventRow, KeyRow, PromptRow, ResourceContentRow, ResourceRow, TemplateRow,
-                json_string, json_text, record_digest, scopes_text, to_i64,
+                AgentRow, AuditSegmentRow, EventRow, KeyRow, PromptRow, ResourceContentRow, ResourceRow, TemplateRow,
+                audit_segment_records, json_string, json_text, record_digest, scopes_text, to_i64,
             };
             use $crate::store::sql::sessions::{PRUNE_BATCH, SessionRow};
             use $crate::store::sql::{
-                Change, agent_columns, audit_columns, key_columns, merged_rate_limit, prefix_upper_bound,
-                prompt_columns, resource_columns, resource_content_columns, template_columns,
+                AUDIT_SEGMENT_RECORDS, AUDIT_SEGMENT_SPAN, AUDIT_SEGMENTS_PER_INSERT, Change, agent_columns,
+                audit_segments, key_columns, merged_rate_limit, prefix_upper_bound, prompt_columns, resource_columns,
+                resource_content_columns, template_columns,
             };
             use $crate::store::{After, BatchOutcome, Store, StoreError, StoreResult, Upserted};
 
@@ -361,11 +378,11 @@ macro_rules! impl_store {
                     Self::append_audit_in(tx, std::slice::from_mut(&mut record)).await
                 }
 
-                /// Appends `records` to their agents' hash chains and stores them, inside `tx`, leaving them
-                /// sorted by agent (each agent's in the order they came). The statement that reserves the
-                /// records' positions locks each agent's head row (agents in sorted order, so concurrent
-                /// writers never deadlock); a batch costs the same few statements however many agents it
-                /// spans, and its rows reach the indexes that lead with the agent in their order.
+                /// Appends `records` to their agents' hash chains and stores them as segments (one agent's
+                /// run of records in a row; see the 0008 migration), inside `tx`, leaving them sorted by agent
+                /// (each agent's in the order they came). The statement that reserves the records' positions
+                /// locks each agent's head row (agents in sorted order, so concurrent writers never deadlock);
+                /// a batch costs the same few statements however many agents it spans.
                 async fn append_audit_in(tx: &mut Tx, records: &mut [AuditRecord]) -> StoreResult<()> {
                     // Stable: each agent's records keep their order, which is their order in its chain.
                     records.sort_by(|a, b| a.agent_id.cmp(&b.agent_id));
@@ -377,8 +394,8 @@ macro_rules! impl_store {
                         }
                     }
                     let reserved = Self::reserve_audit_positions(tx, &counts).await?;
-                    // A batch holds thousands of records: hashing them is milliseconds of work.
-                    let heads = $crate::store::off_the_workers(records.len(), || {
+                    // A batch holds thousands of records: hashing and encoding them is milliseconds of work.
+                    let (heads, rows) = $crate::store::off_the_workers(records.len(), || {
                         let mut heads = Vec::with_capacity(counts.len());
                         let mut next = records.iter_mut();
                         for ((agent, count), (last, mut hash)) in counts.iter().zip(reserved) {
@@ -392,10 +409,37 @@ macro_rules! impl_store {
                             }
                             heads.push((agent.as_str(), hash));
                         }
-                        heads
+                        let rows = audit_segments(records)
+                            .into_iter()
+                            .map(|segment| Ok((audit_segment_records(segment.records)?, segment)))
+                            .collect::<StoreResult<Vec<_>>>();
+                        (heads, rows)
                     });
                     Self::store_audit_heads(tx, &heads).await?;
-                    Self::insert_audit_rows(tx, records).await
+                    let rows = rows?;
+                    let now = Timestamp::now().as_micros();
+                    for chunk in rows.chunks(AUDIT_SEGMENTS_PER_INSERT) {
+                        let mut insert = sqlx::QueryBuilder::<$db>::new(
+                            "insert into audit_segment (agent_id, first_seq, last_seq, first_at, last_at, prev_hash, \
+                             last_hash, records, created_at, updated_at) ",
+                        );
+                        insert.push_values(chunk, |mut row, (records, segment)| {
+                            row.push_bind(segment.agent_id())
+                                .push_bind(segment.first_seq())
+                                .push_bind(segment.last_seq())
+                                .push_bind(segment.first_at)
+                                .push_bind(segment.last_at)
+                                .push_bind(segment.prev_hash())
+                                .push_bind(segment.last_hash())
+                                .push_bind(records.as_str())
+                                .push_bind(now)
+                                .push_bind(now);
+                        });
+                        // Only the one-row insert (an admin change's, a one-agent batch's) is kept prepared, so
+                        // that other row counts do not push the connection's prepared statements out.
+                        insert.build().persistent(chunk.len() == 1).execute(&mut **tx).await.map_err(Self::error)?;
+                    }
+                    Ok(())
                 }
 
                 /// After resources changed in `tx`: refuses (rolling back) what takes `agent` or the gateway over

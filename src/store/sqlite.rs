@@ -18,10 +18,9 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::{Sqlite, Transaction};
 use tokio::sync::Mutex;
 
-use super::sql::{audit_insert, audit_insert_columns, classify, classify_migration, impl_store};
+use super::sql::{classify, classify_migration, impl_store};
 use super::{Quotas, StoreError, StoreResult};
 use crate::config::DatabaseConfig;
-use crate::domain::model::AuditRecord;
 use crate::events::{BusMessage, LocalBus};
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -181,21 +180,7 @@ impl SqliteStore {
         }
         Ok(())
     }
-
-    /// Inserts chained audit rows: multi-row inserts of [`AUDIT_ROWS_PER_INSERT`] rows, one statement per
-    /// chunk instead of a round trip per record.
-    async fn insert_audit_rows(tx: &mut Transaction<'static, Sqlite>, records: &[AuditRecord]) -> StoreResult<()> {
-        for chunk in records.chunks(AUDIT_ROWS_PER_INSERT) {
-            let mut insert = audit_insert!(Sqlite, chunk);
-            insert.build().execute(&mut **tx).await.map_err(Self::error)?;
-        }
-        Ok(())
-    }
 }
-
-/// Audit rows one `insert` statement carries: 26 values each stays far below SQLite's 32,766 bound
-/// parameters.
-const AUDIT_ROWS_PER_INSERT: usize = 500;
 
 /// Busy or locked (another process holds the lock past the timeout), I/O failure, disk full, cannot open.
 fn is_unavailable(error: &dyn DatabaseError) -> bool {

@@ -443,20 +443,63 @@ async fn verify_chains(store: &dyn Store) -> Result<Vec<(String, i64)>, Box<dyn 
 }
 
 /// Batches of MCP audit records, large ones and a small one, for one busy agent interleaved with a hundred
-/// others: every record is stored, and each agent's chain verifies from the first to the head, across the
-/// batches.
+/// others, and one of 2,500 records for one agent whose times go back and forth over minutes: every record
+/// is stored, each agent's chain verifies from the first to the head across the batches and their segments,
+/// and the listing pages through all of them in its order (time desc, id desc), over every agent and for one.
 async fn large_audit_batches(store: &dyn Store) -> TestResult {
+    use crate::domain::model::{AuditFilter, AuditPosition};
+    use crate::domain::time::Timestamp;
+
     let agent = |n: i64| if n % 3 == 0 { "busy".to_owned() } else { format!("agent-{:03}", n % 101) };
     let mut records: Vec<AuditRecord> = (0..1_234).map(|n| mcp_record(&agent(n), n)).collect();
     store.append_audit(&mut records[..600]).await?;
-    // A small batch too: PostgreSQL writes it by `insert` rather than by `COPY`.
     store.append_audit(&mut records[600..603]).await?;
     store.append_audit(&mut records[603..]).await?;
+    // More than two segments' worth (at most 1,000 records each), over more than one segment's span of time
+    // (60 s): 37 s apart, back and forth, some at one time so that only the id orders them.
+    let base = Timestamp::now().as_micros();
+    let mut wide: Vec<AuditRecord> = (0..2_500)
+        .map(|n| AuditRecord {
+            occurred_at: Timestamp::from_micros(base - (n % 7) * 37_000_000 - (n % 5) * 1_000),
+            ..mcp_record("wide", n)
+        })
+        .collect();
+    store.append_audit(&mut wide).await?;
     let mut expected = std::collections::BTreeMap::new();
     for n in 0..1_234 {
         *expected.entry(agent(n)).or_insert(0) += 1;
     }
+    expected.insert("wide".to_owned(), 2_500);
     assert_eq!(verify_chains(store).await?, expected.into_iter().collect::<Vec<_>>());
+
+    let newest_first = |records: &mut Vec<AuditRecord>| {
+        records.sort_by(|a, b| (b.occurred_at, &b.id).cmp(&(a.occurred_at, &a.id)));
+        records.iter().map(|record| (record.id.to_string(), record.target.to_string())).collect::<Vec<_>>()
+    };
+    let mut all: Vec<AuditRecord> = records.iter().chain(&wide).cloned().collect();
+    let mut busy: Vec<AuditRecord> = records.iter().filter(|record| record.agent_id == "busy").cloned().collect();
+    for (filter, expected) in [
+        (AuditFilter::default(), newest_first(&mut all)),
+        (
+            AuditFilter { agent: Some(crate::domain::AgentId::parse("busy")?), ..AuditFilter::default() },
+            newest_first(&mut busy),
+        ),
+    ] {
+        for limit in [97, 1_000] {
+            let mut listed = Vec::new();
+            let mut after: Option<AuditPosition> = None;
+            loop {
+                let page = store.list_audit(&filter, after.as_ref(), limit).await?;
+                listed.extend(page.iter().map(|record| (record.id.to_string(), record.target.to_string())));
+                match page.last() {
+                    Some(last) if page.len() == limit as usize => after = Some(AuditPosition::of(last)),
+                    _ => break,
+                }
+            }
+            assert_eq!(listed.len(), expected.len(), "pages of {limit}");
+            assert!(listed == expected, "pages of {limit} in the listing's order");
+        }
+    }
     Ok(())
 }
 
@@ -516,16 +559,16 @@ async fn postgres_concurrent_audit_batches() -> TestResult {
     concurrent_audit_batches(Arc::new(store)).await
 }
 
-/// A record PostgreSQL refuses (text with a NUL, which the MCP endpoint escapes before it gets here) is
-/// dropped alone, counted, and the records of its batch are written, their chain intact.
+/// A record PostgreSQL refuses (here a trigger refuses one target with a data exception, as the database
+/// would a value it cannot store) is dropped alone, counted, and the records of its batch are written, their
+/// chain intact; text with a NUL, which PostgreSQL's text cannot hold, is stored and read back intact.
 #[tokio::test]
 async fn postgres_audit_writer_drops_only_what_the_database_refuses() -> TestResult {
-    // A small batch goes in by `insert`, a large one by `COPY` (whose halves, split down, go by `insert`).
     audit_writer_drops_only_what_the_database_refuses(8, 5).await?;
     audit_writer_drops_only_what_the_database_refuses(200, 137).await
 }
 
-/// `count` records of one agent, the `bad`th with a NUL PostgreSQL refuses, through the audit writer in one
+/// `count` records of one agent, the `bad`th refused by the database, through the audit writer in one
 /// batch: the others are written and chained, the bad one alone is dropped and counted.
 async fn audit_writer_drops_only_what_the_database_refuses(count: usize, bad: usize) -> TestResult {
     use std::sync::atomic::Ordering;
@@ -536,8 +579,23 @@ async fn audit_writer_drops_only_what_the_database_refuses(count: usize, bad: us
 
     let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
     let store: Arc<dyn Store> = Arc::new(pg_store(&db.url).await?);
+    let pool = sqlx::PgPool::connect(&db.url).await?;
+    sqlx::raw_sql(
+        "create function refuse_bad() returns trigger language plpgsql as $$ begin \
+           if new.records like '%test://bad%' then raise exception 'refused' using errcode = '22023'; end if; \
+           return new; end $$; \
+         create trigger refuse_bad before insert on audit_segment for each row execute function refuse_bad()",
+    )
+    .execute(&pool)
+    .await?;
+    pool.close().await;
     let config = AuditConfig { batch_size: count, flush_interval_ms: 3_600_000, ..AuditConfig::default() };
     let (writer, task) = AuditWriter::start(store.clone(), &config);
+    let target = |n: usize| match n {
+        n if n == bad => "test://bad".into(),
+        0 => "test://000\0nul".into(),
+        n => compact_str::format_compact!("test://{n:03}"),
+    };
     for n in 0..count {
         writer.record(AuditRecord {
             id: uuid::Uuid::now_v7().to_string().into(),
@@ -546,7 +604,7 @@ async fn audit_writer_drops_only_what_the_database_refuses(count: usize, bad: us
             kind: "mcp".into(),
             actor: "key:k".into(),
             action: "resources/read".into(),
-            target: if n == bad { "test://bad\0".into() } else { compact_str::format_compact!("test://{n:03}") },
+            target: target(n),
             ..AuditRecord::default()
         });
     }
@@ -561,7 +619,7 @@ async fn audit_writer_drops_only_what_the_database_refuses(count: usize, bad: us
     let stored = store.list_audit(&AuditFilter::default(), None, 1_000).await?;
     let mut targets: Vec<&str> = stored.iter().map(|record| record.target.as_str()).collect();
     targets.sort_unstable();
-    let expected: Vec<String> = (0..count).filter(|&n| n != bad).map(|n| format!("test://{n:03}")).collect();
+    let expected: Vec<compact_str::CompactString> = (0..count).filter(|&n| n != bad).map(target).collect();
     assert_eq!(targets, expected);
     let head = store.audit_heads(None).await?.pop().ok_or("a chain")?;
     assert_eq!(head.seq, i64::try_from(kept)?);
@@ -588,7 +646,8 @@ async fn postgres_limits() -> TestResult {
 }
 
 /// The audit actions written for the story's agent, oldest first.
-const AUDIT_ACTIONS: &str = "select action from audit where agent_id = 'story' order by occurred_at, audit_id";
+/// Read through the `audit_record` view, which shows every record of the segments as a row.
+const AUDIT_ACTIONS: &str = "select action from audit_record where agent_id = 'story' order by occurred_at, audit_id";
 
 fn expected_audit_actions() -> Vec<&'static str> {
     let mut actions = vec!["agent.create", "agent.update", "agent.update", "key.create", "key.create"];

@@ -132,20 +132,25 @@ async fn the_chain_verifies_and_tampering_is_detected(backend: Backend) {
     // agent.create, key.create, resource.put and three MCP requests.
     assert!(stdout.contains("ok      bot: 6 records"), "{stdout}");
 
-    // Deleting the newest record is caught by the chain's head.
-    app.db.execute("delete from audit where chain_seq = 6 and agent_id = 'bot'").await;
+    // Deleting the newest record (with the segment that holds it) is caught by the chain's head.
+    app.db.execute("delete from audit_segment where agent_id = 'bot' and last_seq = 6").await;
     let output = verify().await;
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(!output.status.success(), "{stdout}");
     assert!(stdout.contains("BROKEN  bot:") && stdout.contains("newer records were deleted"), "{stdout}");
 
-    // An edited record breaks the chain where it is.
-    app.db.execute("update audit set target = 'test://forged' where chain_seq = 2 and agent_id = 'bot'").await;
+    // An edited record (the resource.put, a segment of its own) breaks the chain where it is.
+    app.db
+        .execute(
+            "update audit_segment set records = replace(records, '\"target\":\"test://a\"', '\"target\":\"test://forged\"') \
+             where agent_id = 'bot' and first_seq = 3",
+        )
+        .await;
     let stdout = String::from_utf8_lossy(&verify().await.stdout).into_owned();
-    assert!(stdout.contains("(position 2)") && stdout.contains("altered"), "{stdout}");
+    assert!(stdout.contains("(position 3)") && stdout.contains("altered"), "{stdout}");
 
     // So does a deleted one.
-    app.db.execute("delete from audit where chain_seq = 2 and agent_id = 'bot'").await;
+    app.db.execute("delete from audit_segment where agent_id = 'bot' and first_seq = 2").await;
     let stdout = String::from_utf8_lossy(&verify().await.stdout).into_owned();
     assert!(stdout.contains("expected 2") && stdout.contains("missing"), "{stdout}");
 }
@@ -154,6 +159,8 @@ async fn export_and_retention(backend: Backend) {
     let app = spawn_app_with(backend, |config| {
         config.audit.retention_days = 1;
         config.events.prune_interval_ms = 100;
+        // Each MCP request's record a segment of its own: retention deletes whole segments.
+        config.audit.batch_size = 1;
     })
     .await;
     let dir = TempDir::new();
@@ -204,7 +211,7 @@ async fn export_and_retention(backend: Backend) {
     assert_eq!(exported("kept").await, 1, "agent.create");
 
     // Records older than the retention are pruned from the start of the chain; the rest still verifies.
-    app.db.execute("update audit set occurred_at = occurred_at - 172800000000 where chain_seq <= 3").await;
+    app.db.execute(AGE_FIRST_THREE_BY_TWO_DAYS).await;
     eventually("the three old records to be pruned", || async { (exported("bot").await == 3).then_some(()) }).await;
     // The same prune kept the other agent's two-day-old record: its own 3 days win over the configured 1.
     assert_eq!(exported("kept").await, 1);
@@ -239,9 +246,7 @@ async fn audit_pages(backend: Backend) {
     }
     // bot: agent.create, key.create and five resource.put; other: agent.create and key.create. Four of bot's
     // records get one time, so that only the id orders them.
-    app.db
-        .execute("update audit set occurred_at = 1700000000000000 where agent_id = 'bot' and chain_seq between 2 and 5")
-        .await;
+    app.db.execute(ONE_TIME_FOR_FOUR).await;
     let everything = |agent: Option<&'static str>| {
         let app = &app;
         async move {
@@ -288,3 +293,15 @@ async fn audit_pages(backend: Backend) {
     let response = app.op(Method::GET, "/admin/v1/audit").query(&query).send().await.unwrap();
     expect_problem(response, StatusCode::BAD_REQUEST).await;
 }
+
+/// Makes the records at positions 1 to 3 of every chain two days older (each a segment of one record).
+const AGE_FIRST_THREE_BY_TWO_DAYS: &str = "update audit_segment \
+     set records = replace(records, '\"occurred_at\":' || first_at, '\"occurred_at\":' || (first_at - 172800000000)), \
+     first_at = first_at - 172800000000, last_at = last_at - 172800000000 \
+     where first_seq between 1 and 3 and last_seq = first_seq";
+
+/// Gives bot's records at positions 2 to 5 (admin changes, a segment each) one time.
+const ONE_TIME_FOR_FOUR: &str = "update audit_segment \
+     set records = replace(records, '\"occurred_at\":' || first_at, '\"occurred_at\":1700000000000000'), \
+     first_at = 1700000000000000, last_at = 1700000000000000 \
+     where agent_id = 'bot' and first_seq between 2 and 5 and last_seq = first_seq";

@@ -177,7 +177,7 @@ async fn sigterm_exits_cleanly(backend: Backend) {
     // Everything acknowledged is stored, and the queued audit records were written on the way out:
     // initialize, resources/list and the stream's GET.
     assert_eq!(db.count("select count(*) from resource where uri = 'test://in-flight'").await, 1);
-    assert_eq!(db.count("select count(*) from audit where kind = 'mcp'").await, 3, "{}", process.logs());
+    assert_eq!(db.count("select count(*) from audit_record where kind = 'mcp'").await, 3, "{}", process.logs());
 }
 
 async fn log_lines_name_the_request_and_the_agent(backend: Backend) {

@@ -30,30 +30,68 @@ macro_rules! impl_store_methods {
                 after: Option<&AuditPosition>,
                 limit: u32,
             ) -> StoreResult<Vec<AuditRecord>> {
-                // Keyset pagination on (occurred_at, audit_id), newest first, from the position the cursor
-                // carries (so no lookup by id is needed); each filter is off when null.
-                sqlx::query_as::<$db, AuditRow>(concat!(
-                    "select ",
-                    audit_columns!(),
-                    " from audit \
-                     where ($1 is null or agent_id = $1) \
-                     and ($2 is null or occurred_at >= $2) \
-                     and ($3 is null or occurred_at < $3) \
-                     and ($4 is null or coalesce(method, action) = $4) \
-                     and ($5 is null or (occurred_at, audit_id) < ($5, $6)) \
-                     order by occurred_at desc, audit_id desc limit $7",
-                ))
-                .bind(filter.agent.as_ref().map(AgentId::as_str))
-                .bind(filter.since.map(Timestamp::as_micros))
-                .bind(filter.until.map(Timestamp::as_micros))
-                .bind(filter.method.as_deref())
-                .bind(after.map(|after| after.occurred_at.as_micros()))
-                .bind(after.map(|after| after.id.as_str()))
-                .bind(i64::from(limit))
-                .fetch_all(self.reader())
-                .await
-                .map_err(Self::error)
-                .map(|rows| rows.into_iter().map(AuditRow::into_record).collect())
+                // Records live in segments (see the 0008 migration). Segments are read newest first by their
+                // latest record, a few at a time, and their records that pass the filters gathered, newest
+                // first (time desc, id desc), from the position the cursor carries: the page is complete once
+                // it is full and the next segment's latest record is older than the page's last.
+                let limit = limit as usize;
+                let since = filter.since.map(Timestamp::as_micros);
+                let until = filter.until.map(Timestamp::as_micros);
+                // The newest time a record of this page may have; segments holding one end at most a span
+                // later, which bounds the scan of the listing index.
+                let newest = [until.map(|until| until.saturating_sub(1)), after.map(|after| after.occurred_at.as_micros())]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                let wanted = |record: &AuditRecord| {
+                    let at = record.occurred_at.as_micros();
+                    since.is_none_or(|since| at >= since)
+                        && until.is_none_or(|until| at < until)
+                        && filter.method.as_deref().is_none_or(|method| {
+                            record.method.as_deref().unwrap_or(&record.action) == method
+                        })
+                        && after.is_none_or(|after| {
+                            (record.occurred_at, record.id.as_str()) < (after.occurred_at, after.id.as_str())
+                        })
+                };
+                let mut page: Vec<AuditRecord> = Vec::new();
+                let mut resume: Option<(i64, String, i64)> = None;
+                let mut fetch = 4_i64;
+                loop {
+                    let segments = sqlx::query_as::<$db, AuditSegmentRow>(
+                        "select agent_id, first_seq, last_at, prev_hash, records from audit_segment \
+                         where ($1 is null or agent_id = $1) \
+                         and ($2 is null or last_at >= $2) \
+                         and ($3 is null or (first_at <= $3 and last_at <= $4)) \
+                         and ($5 is null or (last_at, agent_id, first_seq) < ($5, $6, $7)) \
+                         order by last_at desc, agent_id desc, first_seq desc limit $8",
+                    )
+                    .bind(filter.agent.as_ref().map(AgentId::as_str))
+                    .bind(since)
+                    .bind(newest)
+                    .bind(newest.map(|newest| newest.saturating_add(AUDIT_SEGMENT_SPAN)))
+                    .bind(resume.as_ref().map(|resume| resume.0))
+                    .bind(resume.as_ref().map(|resume| resume.1.as_str()))
+                    .bind(resume.as_ref().map(|resume| resume.2))
+                    .bind(fetch)
+                    .fetch_all(self.reader())
+                    .await
+                    .map_err(Self::error)?;
+                    let more = segments.len() as i64 == fetch;
+                    for segment in segments {
+                        if page.len() >= limit && page.last().is_some_and(|last| last.occurred_at.as_micros() > segment.last_at) {
+                            return Ok(page);
+                        }
+                        resume = Some((segment.last_at, segment.agent_id.clone(), segment.first_seq));
+                        page.extend(segment.into_records()?.into_iter().filter(|record| wanted(record)));
+                        page.sort_unstable_by(|a, b| (b.occurred_at, &b.id).cmp(&(a.occurred_at, &a.id)));
+                        page.truncate(limit);
+                    }
+                    if !more {
+                        return Ok(page);
+                    }
+                    fetch = (fetch * 2).min(64);
+                }
             }
 
             async fn append_audit(&self, records: &mut [AuditRecord]) -> StoreResult<()> {
@@ -92,7 +130,8 @@ macro_rules! impl_store_methods {
                 // chain's head, which would wait for the audit writer's open batch and write a row version,
                 // for every agent on every sweep (thousands a minute with thousands of agents).
                 let old = sqlx::query_scalar::<$db, i64>(
-                    "select count(*) from (select 1 from audit where agent_id = $1 and occurred_at < $2 limit 1) as old",
+                    "select count(*) from (select 1 from audit_segment where agent_id = $1 and last_at < $2 \
+                     and first_seq > 0 limit 1) as old",
                 )
                 .bind(agent)
                 .bind(before.as_micros())
@@ -114,11 +153,12 @@ macro_rules! impl_store_methods {
                 else {
                     return Ok(0);
                 };
-                // The last record of the prefix to delete: the newest old record within the batch.
+                // The last segment of the prefix to delete: the newest wholly old one that starts within
+                // `max` records (a segment goes whole, so a prune may take up to a segment more than `max`).
                 let last = sqlx::query_as::<$db, (i64, String)>(
-                    "select chain_seq, hash from audit where agent_id = $1 and chain_seq = \
-                     (select max(chain_seq) from audit where agent_id = $1 and chain_seq > $2 \
-                      and chain_seq <= $3 and occurred_at < $4)",
+                    "select last_seq, last_hash from audit_segment where agent_id = $1 and first_seq = \
+                     (select max(first_seq) from audit_segment where agent_id = $1 and first_seq > $2 \
+                      and first_seq <= $3 and last_at < $4)",
                 )
                 .bind(agent)
                 .bind(pruned)
@@ -135,30 +175,45 @@ macro_rules! impl_store_methods {
                     .execute(&mut *tx)
                     .await
                     .map_err(Self::error)?;
-                let deleted = sqlx::query::<$db>("delete from audit where agent_id = $1 and chain_seq <= $2")
-                    .bind(agent)
-                    .bind(seq)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(Self::error)?
-                    .rows_affected();
+                let deleted = sqlx::query_scalar::<$db, i64>(
+                    "delete from audit_segment where agent_id = $1 and first_seq > 0 and last_seq <= $2 \
+                     returning last_seq - first_seq + 1",
+                )
+                .bind(agent)
+                .bind(seq)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(Self::error)?;
                 self.commit(tx, Vec::new()).await?;
-                Ok(deleted)
+                Ok(deleted.into_iter().map(|records| u64::try_from(records).unwrap_or(0)).sum())
             }
 
             async fn audit_chain_page(&self, agent: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<AuditRecord>> {
-                sqlx::query_as::<$db, AuditRow>(concat!(
-                    "select ",
-                    audit_columns!(),
-                    " from audit where agent_id = $1 and chain_seq > $2 order by chain_seq limit $3",
-                ))
-                .bind(agent)
-                .bind(after_seq)
-                .bind(i64::from(limit))
-                .fetch_all(self.reader())
-                .await
-                .map_err(Self::error)
-                .map(|rows| rows.into_iter().map(AuditRow::into_record).collect())
+                // The segment holding the position after `after_seq` starts at most a segment's length
+                // before it, which bounds the primary key's scan.
+                let limit = limit as usize;
+                let mut page = Vec::new();
+                let mut from = after_seq.saturating_sub(AUDIT_SEGMENT_RECORDS as i64);
+                while page.len() < limit {
+                    let segments = sqlx::query_as::<$db, AuditSegmentRow>(
+                        "select agent_id, first_seq, last_at, prev_hash, records from audit_segment \
+                         where agent_id = $1 and first_seq > $2 and last_seq > $3 order by first_seq limit 16",
+                    )
+                    .bind(agent)
+                    .bind(from)
+                    .bind(after_seq)
+                    .fetch_all(self.reader())
+                    .await
+                    .map_err(Self::error)?;
+                    let Some(last) = segments.last() else { break };
+                    from = last.first_seq;
+                    for segment in segments {
+                        let records = segment.into_records()?;
+                        page.extend(records.into_iter().filter(|record| record.chain_seq.is_some_and(|seq| seq > after_seq)));
+                    }
+                }
+                page.truncate(limit);
+                Ok(page)
             }
 
             async fn announce(&self, message: BusMessage) -> StoreResult<()> {
