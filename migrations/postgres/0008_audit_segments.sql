@@ -20,16 +20,25 @@ create table audit_segment (
     -- the chain's hash before the first record ('' at the chain's start), and the last record's hash
     prev_hash text not null,
     last_hash text not null,
-    -- the records: a JSON array of objects named as the view's columns (null fields left out)
+    -- the records: a JSON array of records, each a JSON array of the fields its chain hash covers, in their
+    -- order (src/domain/audit.rs), then its hash; the `audit_record` view below names them
     records text not null,
     created_at bigint not null,
     updated_at bigint not null,
     primary key (agent_id, first_seq)
 );
 
--- Kept out of line and uncompressed: compressing every batch with pglz cost more CPU than the rows it
--- replaced.
-alter table audit_segment alter column records set storage external;
+-- Compressed with LZ4 where the server has it (PostgreSQL 14 and later, built with lz4, as Debian's and the
+-- official images are): a segment's records repeat most of their fields, and LZ4 costs PostgreSQL less than
+-- storing them uncompressed did, and far less than its default pglz, which cost more than the rows per
+-- record it replaced (bench/README.md). Without LZ4, stored uncompressed.
+do $$
+begin
+    alter table audit_segment alter column records set compression lz4;
+exception when others then
+    alter table audit_segment alter column records set storage external;
+end
+$$;
 
 -- The listing, newest first, over every agent and for one: segments by their latest record.
 create index audit_segment_last_at_idx on audit_segment (last_at, agent_id, first_seq);
@@ -39,13 +48,10 @@ create index audit_segment_agent_last_at_idx on audit_segment (agent_id, last_at
 insert into audit_segment (agent_id, first_seq, last_seq, first_at, last_at, prev_hash, last_hash, records,
                            created_at, updated_at)
 select agent_id, seq, seq, occurred_at, occurred_at, coalesce(prev_hash, ''), coalesce(hash, ''),
-       json_build_array(json_strip_nulls(json_build_object(
-           'audit_id', audit_id, 'occurred_at', occurred_at, 'kind', kind, 'actor', actor, 'action', action,
-           'target', target, 'before_digest', before_digest, 'after_digest', after_digest,
-           'request_id', request_id, 'key_id', key_id, 'key_prefix', key_prefix, 'session_id', session_id,
-           'method', method, 'outcome', outcome, 'error_code', error_code, 'bytes_out', bytes_out,
-           'latency_us', latency_us, 'client_ip', client_ip, 'user_agent', user_agent, 'trace_id', trace_id,
-           'chain_seq', chain_seq, 'hash', hash)))::text,
+       json_build_array(json_build_array(
+           audit_id, agent_id, chain_seq, occurred_at, kind, actor, action, target, before_digest, after_digest,
+           request_id, key_id, key_prefix, session_id, method, outcome, error_code, bytes_out, latency_us, client_ip,
+           user_agent, trace_id, hash))::text,
        created_at, updated_at
 from (
     select *, coalesce(chain_seq, -row_number() over (partition by agent_id order by occurred_at, audit_id)) as seq
@@ -56,11 +62,29 @@ drop table audit;
 
 -- The records as rows, one per record, for operators' queries (`select * from audit_record where ...`).
 create view audit_record as
-select segment.agent_id, record.*
+select
+       record.value ->> 0 as audit_id,
+       record.value ->> 1 as agent_id,
+       (record.value ->> 2)::bigint as chain_seq,
+       (record.value ->> 3)::bigint as occurred_at,
+       record.value ->> 4 as kind,
+       record.value ->> 5 as actor,
+       record.value ->> 6 as action,
+       record.value ->> 7 as target,
+       record.value ->> 8 as before_digest,
+       record.value ->> 9 as after_digest,
+       record.value ->> 10 as request_id,
+       record.value ->> 11 as key_id,
+       record.value ->> 12 as key_prefix,
+       record.value ->> 13 as session_id,
+       record.value ->> 14 as method,
+       record.value ->> 15 as outcome,
+       (record.value ->> 16)::integer as error_code,
+       (record.value ->> 17)::bigint as bytes_out,
+       (record.value ->> 18)::bigint as latency_us,
+       record.value ->> 19 as client_ip,
+       record.value ->> 20 as user_agent,
+       record.value ->> 21 as trace_id,
+       record.value ->> 22 as hash
 from audit_segment as segment
-cross join lateral json_to_recordset(segment.records::json) as record (
-    audit_id text, occurred_at bigint, kind text, actor text, action text, target text, before_digest text,
-    after_digest text, request_id text, key_id text, key_prefix text, session_id text, method text,
-    outcome text, error_code integer, bytes_out bigint, latency_us bigint, client_ip text, user_agent text,
-    trace_id text, chain_seq bigint, hash text
-);
+cross join lateral json_array_elements(segment.records::json) as record (value);

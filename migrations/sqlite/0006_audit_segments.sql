@@ -14,7 +14,8 @@ create table audit_segment (
     -- the chain's hash before the first record ('' at the chain's start), and the last record's hash
     prev_hash text not null,
     last_hash text not null,
-    -- the records: a JSON array of objects named as the view's columns (null fields left out)
+    -- the records: a JSON array of records, each a JSON array of the fields its chain hash covers, in their
+    -- order (src/domain/audit.rs), then its hash; the `audit_record` view below names them
     records text not null,
     created_at integer not null,
     updated_at integer not null,
@@ -29,13 +30,10 @@ create index audit_segment_agent_last_at_idx on audit_segment (agent_id, last_at
 insert into audit_segment (agent_id, first_seq, last_seq, first_at, last_at, prev_hash, last_hash, records,
                            created_at, updated_at)
 select agent_id, seq, seq, occurred_at, occurred_at, coalesce(prev_hash, ''), coalesce(hash, ''),
-       json_array(json_object(
-           'audit_id', audit_id, 'occurred_at', occurred_at, 'kind', kind, 'actor', actor, 'action', action,
-           'target', target, 'before_digest', before_digest, 'after_digest', after_digest,
-           'request_id', request_id, 'key_id', key_id, 'key_prefix', key_prefix, 'session_id', session_id,
-           'method', method, 'outcome', outcome, 'error_code', error_code, 'bytes_out', bytes_out,
-           'latency_us', latency_us, 'client_ip', client_ip, 'user_agent', user_agent, 'trace_id', trace_id,
-           'chain_seq', chain_seq, 'hash', hash)),
+       json_array(json_array(
+           audit_id, agent_id, chain_seq, occurred_at, kind, actor, action, target, before_digest, after_digest,
+           request_id, key_id, key_prefix, session_id, method, outcome, error_code, bytes_out, latency_us, client_ip,
+           user_agent, trace_id, hash)),
        created_at, updated_at
 from (
     select *, coalesce(chain_seq, -row_number() over (partition by agent_id order by occurred_at, audit_id)) as seq
@@ -46,27 +44,28 @@ drop table audit;
 
 -- The records as rows, one per record, for operators' queries (`select * from audit_record where ...`).
 create view audit_record as
-select segment.agent_id,
-       json_extract(record.value, '$.audit_id') as audit_id,
-       json_extract(record.value, '$.occurred_at') as occurred_at,
-       json_extract(record.value, '$.kind') as kind,
-       json_extract(record.value, '$.actor') as actor,
-       json_extract(record.value, '$.action') as action,
-       json_extract(record.value, '$.target') as target,
-       json_extract(record.value, '$.before_digest') as before_digest,
-       json_extract(record.value, '$.after_digest') as after_digest,
-       json_extract(record.value, '$.request_id') as request_id,
-       json_extract(record.value, '$.key_id') as key_id,
-       json_extract(record.value, '$.key_prefix') as key_prefix,
-       json_extract(record.value, '$.session_id') as session_id,
-       json_extract(record.value, '$.method') as method,
-       json_extract(record.value, '$.outcome') as outcome,
-       json_extract(record.value, '$.error_code') as error_code,
-       json_extract(record.value, '$.bytes_out') as bytes_out,
-       json_extract(record.value, '$.latency_us') as latency_us,
-       json_extract(record.value, '$.client_ip') as client_ip,
-       json_extract(record.value, '$.user_agent') as user_agent,
-       json_extract(record.value, '$.trace_id') as trace_id,
-       json_extract(record.value, '$.chain_seq') as chain_seq,
-       json_extract(record.value, '$.hash') as hash
+select
+       json_extract(record.value, '$[0]') as audit_id,
+       json_extract(record.value, '$[1]') as agent_id,
+       json_extract(record.value, '$[2]') as chain_seq,
+       json_extract(record.value, '$[3]') as occurred_at,
+       json_extract(record.value, '$[4]') as kind,
+       json_extract(record.value, '$[5]') as actor,
+       json_extract(record.value, '$[6]') as action,
+       json_extract(record.value, '$[7]') as target,
+       json_extract(record.value, '$[8]') as before_digest,
+       json_extract(record.value, '$[9]') as after_digest,
+       json_extract(record.value, '$[10]') as request_id,
+       json_extract(record.value, '$[11]') as key_id,
+       json_extract(record.value, '$[12]') as key_prefix,
+       json_extract(record.value, '$[13]') as session_id,
+       json_extract(record.value, '$[14]') as method,
+       json_extract(record.value, '$[15]') as outcome,
+       json_extract(record.value, '$[16]') as error_code,
+       json_extract(record.value, '$[17]') as bytes_out,
+       json_extract(record.value, '$[18]') as latency_us,
+       json_extract(record.value, '$[19]') as client_ip,
+       json_extract(record.value, '$[20]') as user_agent,
+       json_extract(record.value, '$[21]') as trace_id,
+       json_extract(record.value, '$[22]') as hash
 from audit_segment as segment, json_each(segment.records) as record;

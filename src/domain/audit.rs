@@ -16,13 +16,34 @@ pub const GENESIS: &str = "";
 
 /// `hex(SHA-256(prev || "\n" || fields))`, the fields serialised as one compact JSON array in a fixed order.
 pub fn chain_hash(prev: &str, record: &AuditRecord, seq: i64) -> String {
+    hash_fields(prev, &chain_fields(record, seq))
+}
+
+/// The chain hash of a record whose fields (as [`chain_fields`] writes them) are `fields`.
+fn hash_fields(prev: &str, fields: &[u8]) -> String {
     // Hashed in one call rather than a call per token; the writer hashes every MCP request's record.
-    let fields = chain_fields(record, seq);
     let mut hasher = Sha256::new();
     hasher.update(prev.as_bytes());
     hasher.update(b"\n");
-    hasher.update(&fields);
+    hasher.update(fields);
     crate::domain::hex(hasher.finalize())
+}
+
+/// Appends `record`, at position `seq` after a record whose hash is `prev`, to `out` as the store keeps it:
+/// its hashed fields as [`chain_fields`] writes them with its hash as one more element, so that the bytes
+/// are written once for both. Returns its hash.
+pub fn append_stored_record(out: &mut Vec<u8>, prev: &str, record: &AuditRecord, seq: i64) -> String {
+    let start = out.len();
+    let mut fields = JsonArray { out: std::mem::take(out), start };
+    fields.out.push(b'[');
+    write_chain_fields(&mut fields, record, seq);
+    *out = fields.finish();
+    let hash = hash_fields(prev, &out[start..]);
+    out.pop();
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(hash.as_bytes());
+    out.extend_from_slice(b"\"]");
+    hash
 }
 
 /// The hashed fields of a record at position `seq`: the compact JSON array serde_json writes for them,
@@ -30,6 +51,11 @@ pub fn chain_hash(prev: &str, record: &AuditRecord, seq: i64) -> String {
 /// nothing to escape, as nearly every field is, is copied whole instead of byte by byte.
 fn chain_fields(record: &AuditRecord, seq: i64) -> Vec<u8> {
     let mut fields = JsonArray::with_capacity(512);
+    write_chain_fields(&mut fields, record, seq);
+    fields.finish()
+}
+
+fn write_chain_fields(fields: &mut JsonArray, record: &AuditRecord, seq: i64) {
     fields.string(&record.id);
     fields.string(&record.agent_id);
     fields.number(seq);
@@ -52,23 +78,24 @@ fn chain_fields(record: &AuditRecord, seq: i64) -> Vec<u8> {
     fields.optional_string(record.client_ip.as_deref());
     fields.optional_string(record.user_agent.as_deref());
     fields.optional_string(record.trace_id.as_deref());
-    fields.finish()
 }
 
 /// A compact JSON array written element by element, as serde_json writes one.
 struct JsonArray {
     out: Vec<u8>,
+    /// Where the array starts in `out` (its `[`).
+    start: usize,
 }
 
 impl JsonArray {
     fn with_capacity(capacity: usize) -> Self {
         let mut out = Vec::with_capacity(capacity);
         out.push(b'[');
-        Self { out }
+        Self { out, start: 0 }
     }
 
     fn separate(&mut self) {
-        if self.out.len() > 1 {
+        if self.out.len() > self.start + 1 {
             self.out.push(b',');
         }
     }
@@ -239,6 +266,20 @@ mod tests {
 
     /// The hashed form is the compact JSON array of the fields, exactly: stored chains keep verifying
     /// whatever serialises it.
+    #[test]
+    fn a_stored_record_is_its_hashed_fields_and_its_hash() {
+        let mut record = record("01a20c22-2e86-739b-9cc0-9c4622ff8836");
+        record.user_agent = Some("quote \" and \\ and \u{1}".into());
+        let mut out = b"[".to_vec();
+        let hash = append_stored_record(&mut out, "prev", &record, 7);
+        assert_eq!(hash, chain_hash("prev", &record, 7));
+        let fields = chain_fields(&record, 7);
+        let expected = format!("[{},\"{hash}\"]", String::from_utf8_lossy(&fields[..fields.len() - 1]));
+        assert_eq!(String::from_utf8_lossy(&out), expected);
+        let parsed: Vec<serde_json::Value> = serde_json::from_slice(&out[1..]).expect("a JSON array");
+        assert_eq!(parsed.len(), 23);
+    }
+
     #[test]
     fn the_hash_covers_the_fields_as_one_json_array() {
         let record = AuditRecord {

@@ -295,121 +295,89 @@ pub(super) fn record_digest<T: Serialize>(record: &T, content: Option<&Content>)
     crate::domain::hex(hasher.finalize())
 }
 
-/// One record inside an audit segment's `records`: a JSON object with the fields the `audit_record` view
-/// names, null ones left out. Its agent, and the hash of the record before it, are the segment's.
-/// `S` is `&str` for writing a record and [`AuditText`] for reading one.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct StoredAuditRecord<S> {
-    audit_id: S,
-    occurred_at: i64,
-    kind: S,
-    actor: S,
-    action: S,
-    target: S,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    before_digest: Option<S>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    after_digest: Option<S>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    request_id: Option<S>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    key_id: Option<S>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    key_prefix: Option<S>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    session_id: Option<S>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    method: Option<S>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    outcome: Option<S>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    error_code: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    bytes_out: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    latency_us: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    client_ip: Option<S>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    user_agent: Option<S>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    trace_id: Option<S>,
-    /// Null only for records written before the chain existed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    chain_seq: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    hash: Option<S>,
-}
+/// One record inside an audit segment's `records`: a JSON array of the fields its chain hash covers, in
+/// their order (src/domain/audit.rs), then its hash. The `audit_record` view names them.
+#[derive(serde::Deserialize)]
+struct StoredAuditRecord(
+    AuditText,
+    AuditText,
+    Option<i64>,
+    i64,
+    AuditText,
+    AuditText,
+    AuditText,
+    AuditText,
+    Option<AuditText>,
+    Option<AuditText>,
+    Option<AuditText>,
+    Option<AuditText>,
+    Option<AuditText>,
+    Option<AuditText>,
+    Option<AuditText>,
+    Option<AuditText>,
+    Option<i32>,
+    Option<i64>,
+    Option<i64>,
+    Option<AuditText>,
+    Option<AuditText>,
+    Option<AuditText>,
+    Option<AuditText>,
+);
 
-impl<'a> StoredAuditRecord<&'a str> {
-    fn of(record: &'a AuditRecord) -> Self {
-        Self {
-            audit_id: &record.id,
-            occurred_at: record.occurred_at.as_micros(),
-            kind: &record.kind,
-            actor: &record.actor,
-            action: &record.action,
-            target: &record.target,
-            before_digest: record.before_digest.as_deref(),
-            after_digest: record.after_digest.as_deref(),
-            request_id: record.request_id.as_deref(),
-            key_id: record.key_id.as_deref(),
-            key_prefix: record.key_prefix.as_deref(),
-            session_id: record.session_id.as_deref(),
-            method: record.method.as_deref(),
-            outcome: record.outcome.as_deref(),
-            error_code: record.error_code,
-            bytes_out: record.bytes_out,
-            latency_us: record.latency_us,
-            client_ip: record.client_ip.as_deref(),
-            user_agent: record.user_agent.as_deref(),
-            trace_id: record.trace_id.as_deref(),
-            chain_seq: record.chain_seq,
-            hash: record.hash.as_deref(),
-        }
-    }
-}
-
-impl StoredAuditRecord<AuditText> {
-    fn into_record(self, agent_id: &str, prev_hash: Option<AuditText>) -> AuditRecord {
+impl StoredAuditRecord {
+    fn into_record(self, prev_hash: Option<AuditText>) -> AuditRecord {
+        let Self(
+            id,
+            agent_id,
+            chain_seq,
+            occurred_at,
+            kind,
+            actor,
+            action,
+            target,
+            before_digest,
+            after_digest,
+            request_id,
+            key_id,
+            key_prefix,
+            session_id,
+            method,
+            outcome,
+            error_code,
+            bytes_out,
+            latency_us,
+            client_ip,
+            user_agent,
+            trace_id,
+            hash,
+        ) = self;
         AuditRecord {
-            id: self.audit_id,
-            agent_id: agent_id.into(),
-            occurred_at: Timestamp::from_micros(self.occurred_at),
-            kind: self.kind,
-            actor: self.actor,
-            action: self.action,
-            target: self.target,
-            before_digest: self.before_digest,
-            after_digest: self.after_digest,
-            request_id: self.request_id,
-            key_id: self.key_id,
-            key_prefix: self.key_prefix,
-            session_id: self.session_id,
-            method: self.method,
-            outcome: self.outcome,
-            error_code: self.error_code,
-            bytes_out: self.bytes_out,
-            latency_us: self.latency_us,
-            client_ip: self.client_ip,
-            user_agent: self.user_agent,
-            trace_id: self.trace_id,
-            chain_seq: self.chain_seq,
+            id,
+            agent_id,
+            occurred_at: Timestamp::from_micros(occurred_at),
+            kind,
+            actor,
+            action,
+            target,
+            before_digest,
+            after_digest,
+            request_id,
+            key_id,
+            key_prefix,
+            session_id,
+            method,
+            outcome,
+            error_code,
+            bytes_out,
+            latency_us,
+            client_ip,
+            user_agent,
+            trace_id,
+            chain_seq,
             prev_hash,
-            hash: self.hash,
+            hash,
         }
     }
-}
-
-/// The `records` of an audit segment: `records` (one agent's, chained, in chain order) as a JSON array.
-pub(super) fn audit_segment_records(records: &[AuditRecord]) -> StoreResult<String> {
-    struct Records<'a>(&'a [AuditRecord]);
-    impl Serialize for Records<'_> {
-        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-            serializer.collect_seq(self.0.iter().map(StoredAuditRecord::of))
-        }
-    }
-    serde_json::to_string(&Records(records)).map_err(|error| StoreError::Invalid(error.to_string()))
 }
 
 /// An audit segment as the listing, the chain walk and retention read it.
@@ -425,7 +393,7 @@ pub(super) struct AuditSegmentRow {
 impl AuditSegmentRow {
     /// The segment's records, in chain order, each with the hash of the record before it.
     pub(super) fn into_records(self) -> StoreResult<Vec<AuditRecord>> {
-        let stored: Vec<StoredAuditRecord<AuditText>> = serde_json::from_str(&self.records).map_err(|error| {
+        let stored: Vec<StoredAuditRecord> = serde_json::from_str(&self.records).map_err(|error| {
             StoreError::Corrupt(format!("audit segment {}/{} does not parse: {error}", self.agent_id, self.first_seq))
         })?;
         let mut prev = AuditText::from(self.prev_hash.as_str());
@@ -433,8 +401,8 @@ impl AuditSegmentRow {
             .into_iter()
             .map(|record| {
                 // A record from before the chain existed has no hash, and none before it.
-                let prev_hash = record.hash.as_ref().map(|hash| std::mem::replace(&mut prev, hash.clone()));
-                record.into_record(&self.agent_id, prev_hash)
+                let prev_hash = record.22.as_ref().map(|hash| std::mem::replace(&mut prev, hash.clone()));
+                record.into_record(prev_hash)
             })
             .collect())
     }

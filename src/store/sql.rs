@@ -32,49 +32,22 @@ pub(super) const AUDIT_SEGMENT_SPAN: i64 = 60_000_000;
 /// parameters (SQLite's 32,766).
 pub(super) const AUDIT_SEGMENTS_PER_INSERT: usize = 1_000;
 
-/// One audit segment to insert: a run of one agent's chained records (see the 0008 migration).
-pub(super) struct AuditSegment<'a> {
-    pub(super) records: &'a [AuditRecord],
+/// Where one audit segment lies in an agent's records: a run of at most [`AUDIT_SEGMENT_RECORDS`] records
+/// spanning at most [`AUDIT_SEGMENT_SPAN`] of occurrence time (see the 0008 migration).
+pub(super) struct AuditSegment {
+    pub(super) records: std::ops::Range<usize>,
     pub(super) first_at: i64,
     pub(super) last_at: i64,
 }
 
-impl AuditSegment<'_> {
-    pub(super) fn agent_id(&self) -> &str {
-        self.records.first().map_or("", |record| &record.agent_id)
-    }
-
-    fn seq(record: Option<&AuditRecord>) -> i64 {
-        record.and_then(|record| record.chain_seq).unwrap_or(0)
-    }
-
-    pub(super) fn first_seq(&self) -> i64 {
-        Self::seq(self.records.first())
-    }
-
-    pub(super) fn last_seq(&self) -> i64 {
-        Self::seq(self.records.last())
-    }
-
-    pub(super) fn prev_hash(&self) -> &str {
-        self.records.first().and_then(|record| record.prev_hash.as_deref()).unwrap_or("")
-    }
-
-    pub(super) fn last_hash(&self) -> &str {
-        self.records.last().and_then(|record| record.hash.as_deref()).unwrap_or("")
-    }
-}
-
-/// Cuts chained `records`, sorted by agent (each agent's in chain order), into segments: one agent's
-/// consecutive records, at most [`AUDIT_SEGMENT_RECORDS`] of them, spanning at most [`AUDIT_SEGMENT_SPAN`].
-pub(super) fn audit_segments(records: &[AuditRecord]) -> Vec<AuditSegment<'_>> {
+/// Cuts one agent's `records`, in chain order, into segments.
+pub(super) fn audit_segments(records: &[AuditRecord]) -> Vec<AuditSegment> {
     let mut segments = Vec::new();
     let mut start = 0;
     let (mut first_at, mut last_at) = (0, 0);
     for (i, record) in records.iter().enumerate() {
         let at = record.occurred_at.as_micros();
         let fits = i > start
-            && record.agent_id == records[start].agent_id
             && i - start < AUDIT_SEGMENT_RECORDS
             && at.max(last_at).saturating_sub(at.min(first_at)) <= AUDIT_SEGMENT_SPAN;
         if fits {
@@ -83,15 +56,66 @@ pub(super) fn audit_segments(records: &[AuditRecord]) -> Vec<AuditSegment<'_>> {
             continue;
         }
         if i > start {
-            segments.push(AuditSegment { records: &records[start..i], first_at, last_at });
+            segments.push(AuditSegment { records: start..i, first_at, last_at });
         }
         start = i;
         (first_at, last_at) = (at, at);
     }
     if start < records.len() {
-        segments.push(AuditSegment { records: &records[start..], first_at, last_at });
+        segments.push(AuditSegment { records: start..records.len(), first_at, last_at });
     }
     segments
+}
+
+/// An audit segment as it is inserted.
+pub(super) struct AuditSegmentInsert<'a> {
+    pub(super) agent_id: &'a str,
+    pub(super) first_seq: i64,
+    pub(super) last_seq: i64,
+    pub(super) first_at: i64,
+    pub(super) last_at: i64,
+    pub(super) prev_hash: String,
+    pub(super) last_hash: String,
+    pub(super) records: String,
+}
+
+/// Chains one agent's `records` on from position `last` with hash `hash` and encodes them in segments;
+/// sets each record's position. Returns the segments and the new head's hash.
+pub(super) fn chain_audit_segments<'a>(
+    agent_id: &'a str,
+    records: &mut [AuditRecord],
+    mut seq: i64,
+    mut hash: String,
+) -> Result<(Vec<AuditSegmentInsert<'a>>, String), StoreError> {
+    let mut segments = Vec::new();
+    for segment in audit_segments(records) {
+        let prev_hash = hash.clone();
+        let first_seq = seq + 1;
+        let mut out = Vec::with_capacity(segment.records.len() * 448 + 2);
+        out.push(b'[');
+        for record in &mut records[segment.records] {
+            seq += 1;
+            if out.len() > 1 {
+                out.push(b',');
+            }
+            record.chain_seq = Some(seq);
+            hash = crate::domain::audit::append_stored_record(&mut out, &hash, record, seq);
+        }
+        out.push(b']');
+        let records = String::from_utf8(out)
+            .map_err(|_| StoreError::Corrupt("an audit segment was not written as UTF-8".to_owned()))?;
+        segments.push(AuditSegmentInsert {
+            agent_id,
+            first_seq,
+            last_seq: seq,
+            first_at: segment.first_at,
+            last_at: segment.last_at,
+            prev_hash,
+            last_hash: hash.clone(),
+            records,
+        });
+    }
+    Ok((segments, hash))
 }
 
 /// `Ok` when `value` is within `max` (0 is unlimited), else the error `over` makes.
@@ -301,13 +325,13 @@ macro_rules! impl_store {
             use $crate::events::BusMessage;
             use $crate::store::rows::{
                 AgentRow, AuditSegmentRow, EventRow, KeyRow, PromptRow, ResourceContentRow, ResourceRow, TemplateRow,
-                audit_segment_records, json_string, json_text, record_digest, scopes_text, to_i64,
+                json_string, json_text, record_digest, scopes_text, to_i64,
             };
             use $crate::store::sql::sessions::{PRUNE_BATCH, SessionRow};
             use $crate::store::sql::{
                 AUDIT_SEGMENT_RECORDS, AUDIT_SEGMENT_SPAN, AUDIT_SEGMENTS_PER_INSERT, Change, agent_columns,
-                audit_segments, key_columns, merged_rate_limit, prefix_upper_bound, prompt_columns, resource_columns,
-                resource_content_columns, template_columns,
+                chain_audit_segments, key_columns, merged_rate_limit, prefix_upper_bound, prompt_columns,
+                resource_columns, resource_content_columns, template_columns,
             };
             use $crate::store::{After, BatchOutcome, Store, StoreError, StoreResult, Upserted};
 
@@ -380,7 +404,7 @@ macro_rules! impl_store {
 
                 /// Appends `records` to their agents' hash chains and stores them as segments (one agent's
                 /// run of records in a row; see the 0008 migration), inside `tx`, leaving them sorted by agent
-                /// (each agent's in the order they came). The statement that reserves the records' positions
+                /// (each agent's in the order they came) with their chain positions set. The statement that reserves the records' positions
                 /// locks each agent's head row (agents in sorted order, so concurrent writers never deadlock);
                 /// a batch costs the same few statements however many agents it spans.
                 async fn append_audit_in(tx: &mut Tx, records: &mut [AuditRecord]) -> StoreResult<()> {
@@ -395,43 +419,36 @@ macro_rules! impl_store {
                     }
                     let reserved = Self::reserve_audit_positions(tx, &counts).await?;
                     // A batch holds thousands of records: hashing and encoding them is milliseconds of work.
-                    let (heads, rows) = $crate::store::off_the_workers(records.len(), || {
+                    let chained = $crate::store::off_the_workers(records.len(), || {
                         let mut heads = Vec::with_capacity(counts.len());
-                        let mut next = records.iter_mut();
-                        for ((agent, count), (last, mut hash)) in counts.iter().zip(reserved) {
-                            let mut seq = last - count;
-                            for record in next.by_ref().take(*count as usize) {
-                                seq += 1;
-                                record.chain_seq = Some(seq);
-                                let new = $crate::domain::audit::chain_hash(&hash, record, seq);
-                                record.prev_hash = Some(std::mem::replace(&mut hash, new).into());
-                                record.hash = Some(hash.as_str().into());
-                            }
-                            heads.push((agent.as_str(), hash));
+                        let mut segments = Vec::new();
+                        let mut rest = &mut records[..];
+                        for ((agent, count), (last, hash)) in counts.iter().zip(reserved) {
+                            let (mine, others) = std::mem::take(&mut rest).split_at_mut(*count as usize);
+                            rest = others;
+                            let (chained, head) = chain_audit_segments(agent, mine, last - count, hash)?;
+                            segments.extend(chained);
+                            heads.push((agent.as_str(), head));
                         }
-                        let rows = audit_segments(records)
-                            .into_iter()
-                            .map(|segment| Ok((audit_segment_records(segment.records)?, segment)))
-                            .collect::<StoreResult<Vec<_>>>();
-                        (heads, rows)
+                        Ok::<_, StoreError>((heads, segments))
                     });
+                    let (heads, segments) = chained?;
                     Self::store_audit_heads(tx, &heads).await?;
-                    let rows = rows?;
                     let now = Timestamp::now().as_micros();
-                    for chunk in rows.chunks(AUDIT_SEGMENTS_PER_INSERT) {
+                    for chunk in segments.chunks(AUDIT_SEGMENTS_PER_INSERT) {
                         let mut insert = sqlx::QueryBuilder::<$db>::new(
                             "insert into audit_segment (agent_id, first_seq, last_seq, first_at, last_at, prev_hash, \
                              last_hash, records, created_at, updated_at) ",
                         );
-                        insert.push_values(chunk, |mut row, (records, segment)| {
-                            row.push_bind(segment.agent_id())
-                                .push_bind(segment.first_seq())
-                                .push_bind(segment.last_seq())
+                        insert.push_values(chunk, |mut row, segment| {
+                            row.push_bind(segment.agent_id)
+                                .push_bind(segment.first_seq)
+                                .push_bind(segment.last_seq)
                                 .push_bind(segment.first_at)
                                 .push_bind(segment.last_at)
-                                .push_bind(segment.prev_hash())
-                                .push_bind(segment.last_hash())
-                                .push_bind(records.as_str())
+                                .push_bind(segment.prev_hash.as_str())
+                                .push_bind(segment.last_hash.as_str())
+                                .push_bind(segment.records.as_str())
                                 .push_bind(now)
                                 .push_bind(now);
                         });

@@ -631,6 +631,92 @@ async fn audit_writer_drops_only_what_the_database_refuses(count: usize, bad: us
     Ok(())
 }
 
+/// What the statements of a database before the audit segments (PostgreSQL's 0007, SQLite's 0005) held: an
+/// unchained record from before the chain existed, and a chain of three, with the chain's head.
+fn legacy_audit_rows() -> String {
+    use crate::domain::audit::{GENESIS, chain_hash};
+    use crate::domain::time::Timestamp;
+
+    let base = Timestamp::now().as_micros() - 3_600_000_000;
+    let mut sql = format!(
+        "insert into audit (audit_id, agent_id, occurred_at, kind, actor, action, target, created_at, updated_at) \
+         values ('00000000-0000-7000-8000-000000000000', 'old', {base}, 'admin', 'operator', 'agent.create', 'old', \
+         {base}, {base});"
+    );
+    let mut prev = GENESIS.to_owned();
+    for seq in 1..=3_i64 {
+        let record = AuditRecord {
+            id: format!("00000000-0000-7000-8000-00000000000{seq}").into(),
+            agent_id: "old".into(),
+            occurred_at: Timestamp::from_micros(base + seq),
+            kind: "mcp".into(),
+            actor: "key:k".into(),
+            action: "resources/read".into(),
+            target: format!("test://'{seq}\"").into(),
+            method: Some("resources/read".into()),
+            user_agent: (seq == 2).then(|| "agent \\u0000 é".into()),
+            bytes_out: Some(seq * 10),
+            ..AuditRecord::default()
+        };
+        let hash = chain_hash(&prev, &record, seq);
+        let at = base + seq;
+        let agent = if seq == 2 { "'agent \\u0000 é'".to_owned() } else { "null".to_owned() };
+        sql.push_str(&format!(
+            "insert into audit (audit_id, agent_id, occurred_at, kind, actor, action, target, method, user_agent, \
+             bytes_out, chain_seq, prev_hash, hash, created_at, updated_at) values ('{}', 'old', {at}, 'mcp', \
+             'key:k', 'resources/read', '{}', 'resources/read', {agent}, {}, {seq}, '{prev}', '{hash}', {at}, {at});",
+            record.id,
+            record.target.replace('\'', "''"),
+            seq * 10,
+        ));
+        prev = hash;
+    }
+    sql.push_str(&format!("insert into audit_chain (agent_id, seq, head) values ('old', 3, '{prev}');"));
+    sql
+}
+
+/// The records of a database from before the audit segments are moved into them by the migration: listed
+/// as before, the chain verifies and goes on with new records, and the view shows every record.
+async fn legacy_audit_is_migrated(store: &dyn Store, view_count: i64) -> TestResult {
+    use crate::domain::model::AuditFilter;
+
+    let listed = store.list_audit(&AuditFilter::default(), None, 100).await?;
+    let targets: Vec<&str> = listed.iter().map(|record| record.target.as_str()).collect();
+    assert_eq!(targets, ["test://'3\"", "test://'2\"", "test://'1\"", "old"]);
+    assert_eq!(listed[1].user_agent.as_deref(), Some("agent \\u0000 é"));
+    assert_eq!(listed[0].bytes_out, Some(30));
+    assert_eq!(listed[3].chain_seq, None);
+    assert_eq!(verify_chains(store).await?, [("old".to_owned(), 3)]);
+    let mut more: Vec<AuditRecord> = (4..6).map(|n| mcp_record("old", n)).collect();
+    store.append_audit(&mut more).await?;
+    assert_eq!(verify_chains(store).await?, [("old".to_owned(), 5)]);
+    assert_eq!(view_count, 4);
+    Ok(())
+}
+
+#[tokio::test]
+async fn sqlite_legacy_audit_is_migrated() -> TestResult {
+    let file = ScratchFile::new();
+    let pool = sqlx::SqlitePool::connect(&file.url()).await?;
+    sqlx::migrate!("./migrations/sqlite").run_to(5, &pool).await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(legacy_audit_rows())).execute(&pool).await?;
+    let store = sqlite_store(&file.url(), LocalBus::new()).await?;
+    let count: i64 = sqlx::query_scalar("select count(*) from audit_record").fetch_one(&pool).await?;
+    legacy_audit_is_migrated(&store, count).await
+}
+
+#[tokio::test]
+async fn postgres_legacy_audit_is_migrated() -> TestResult {
+    let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
+    let pool = sqlx::PgPool::connect(&db.url).await?;
+    sqlx::migrate!("./migrations/postgres").run_to(7, &pool).await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(legacy_audit_rows())).execute(&pool).await?;
+    let store = pg_store(&db.url).await?;
+    let count: i64 = sqlx::query_scalar("select count(*) from audit_record").fetch_one(&pool).await?;
+    pool.close().await;
+    legacy_audit_is_migrated(&store, count).await
+}
+
 #[tokio::test]
 async fn sqlite_limits() -> TestResult {
     let file = ScratchFile::new();

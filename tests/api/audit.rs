@@ -142,7 +142,7 @@ async fn the_chain_verifies_and_tampering_is_detected(backend: Backend) {
     // An edited record (the resource.put, a segment of its own) breaks the chain where it is.
     app.db
         .execute(
-            "update audit_segment set records = replace(records, '\"target\":\"test://a\"', '\"target\":\"test://forged\"') \
+            "update audit_segment set records = replace(records, '\"test://a\"', '\"test://forged\"') \
              where agent_id = 'bot' and first_seq = 3",
         )
         .await;
@@ -296,12 +296,12 @@ async fn audit_pages(backend: Backend) {
 
 /// Makes the records at positions 1 to 3 of every chain two days older (each a segment of one record).
 const AGE_FIRST_THREE_BY_TWO_DAYS: &str = "update audit_segment \
-     set records = replace(records, '\"occurred_at\":' || first_at, '\"occurred_at\":' || (first_at - 172800000000)), \
+     set records = replace(records, ',' || first_at || ',', ',' || (first_at - 172800000000) || ','), \
      first_at = first_at - 172800000000, last_at = last_at - 172800000000 \
      where first_seq between 1 and 3 and last_seq = first_seq";
 
 /// Gives bot's records at positions 2 to 5 (admin changes, a segment each) one time.
 const ONE_TIME_FOR_FOUR: &str = "update audit_segment \
-     set records = replace(records, '\"occurred_at\":' || first_at, '\"occurred_at\":1700000000000000'), \
+     set records = replace(records, ',' || first_at || ',', ',1700000000000000,'), \
      first_at = 1700000000000000, last_at = 1700000000000000 \
      where agent_id = 'bot' and first_seq between 2 and 5 and last_seq = first_seq";
