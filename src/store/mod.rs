@@ -224,8 +224,8 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<AuditRecord>>;
 
     /// Appends records (of MCP requests) to their agents' hash chains in one transaction. Fills in each
-    /// record's chain position and hashes, and sorts the records by agent (each agent's keep their order); a
-    /// failed call may leave them so, and a retry sets them again.
+    /// record's chain position (its hashes are stored, not set on it), and sorts the records by agent (each
+    /// agent's keep their order); a failed call may leave them so, and a retry sets them again.
     async fn append_audit(&self, records: &mut [AuditRecord]) -> StoreResult<()>;
     /// The heads of every agent's audit chain, or of `agent`'s, by agent id.
     async fn audit_heads(&self, agent: Option<&str>) -> StoreResult<Vec<crate::domain::audit::ChainHead>>;

@@ -79,8 +79,8 @@ pub(super) struct AuditSegmentInsert<'a> {
     pub(super) records: String,
 }
 
-/// Chains one agent's `records` on from position `last` with hash `hash` and encodes them in segments;
-/// sets each record's position. Returns the segments and the new head's hash.
+/// Chains one agent's `records` on after position `seq`, whose hash is `hash`, and encodes them in
+/// segments; sets each record's position. Returns the segments and the new head's hash.
 pub(super) fn chain_audit_segments<'a>(
     agent_id: &'a str,
     records: &mut [AuditRecord],
@@ -404,9 +404,10 @@ macro_rules! impl_store {
 
                 /// Appends `records` to their agents' hash chains and stores them as segments (one agent's
                 /// run of records in a row; see the 0008 migration), inside `tx`, leaving them sorted by agent
-                /// (each agent's in the order they came) with their chain positions set. The statement that reserves the records' positions
-                /// locks each agent's head row (agents in sorted order, so concurrent writers never deadlock);
-                /// a batch costs the same few statements however many agents it spans.
+                /// (each agent's in the order they came) with their chain positions set. The statement that
+                /// reserves the records' positions locks each agent's head row (agents in sorted order, so
+                /// concurrent writers never deadlock); a batch costs the same few statements however many
+                /// agents it spans.
                 async fn append_audit_in(tx: &mut Tx, records: &mut [AuditRecord]) -> StoreResult<()> {
                     // Stable: each agent's records keep their order, which is their order in its chain.
                     records.sort_by(|a, b| a.agent_id.cmp(&b.agent_id));
