@@ -10,6 +10,7 @@ use crate::domain::render;
 use crate::domain::uri_template::UriTemplate;
 use crate::mcp::dispatch::Method;
 use crate::mcp::jsonrpc::{self, Body, Message};
+use crate::mcp::methods::Answer;
 use crate::mcp::{era, uri_match};
 use crate::registry::cursor::{CursorCodec, ListKind};
 
@@ -45,7 +46,7 @@ pub fn mcp_request(data: &[u8]) {
                     let _ = Method::lookup(&call.method, era, call.id.is_none());
                 }
                 if let Some(id) = message.id() {
-                    let _ = jsonrpc::success(id, id.as_raw());
+                    let _ = jsonrpc::success(id, &Answer::Whole(id.as_raw().to_owned()));
                 }
             }
             Err(malformed) => {

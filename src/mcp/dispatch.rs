@@ -5,12 +5,11 @@
 use std::sync::Arc;
 
 use serde_json::Map;
-use serde_json::value::RawValue;
 
 use super::era::Era;
 use super::error::McpError;
 use super::jsonrpc::Call;
-use super::methods::{self, completion, lifecycle, prompts, read, resources, subscribe};
+use super::methods::{self, Answer, completion, lifecycle, prompts, read, resources, subscribe};
 use super::types::{CacheHints, CacheScope, Implementation, MetaObject, ResultType, meta};
 use crate::domain::model::{Agent, KeyRecord};
 use crate::domain::session::Session;
@@ -155,7 +154,7 @@ impl Context<'_> {
 
 /// Answers a request: the serialised result, or the error to answer with.
 #[tracing::instrument(skip_all, fields(method = %call.method, agent = %ctx.agent.id))]
-pub async fn call(ctx: &Context<'_>, call: &Call) -> Result<Box<RawValue>, McpError> {
+pub async fn call(ctx: &Context<'_>, call: &Call) -> Result<Answer, McpError> {
     let not_found = || McpError::MethodNotFound { method: call.method.clone(), is_modern: ctx.is_modern() };
     let method = Method::lookup(&call.method, ctx.era, false).ok_or_else(not_found)?;
     let costly = match method {
@@ -188,7 +187,7 @@ pub async fn call(ctx: &Context<'_>, call: &Call) -> Result<Box<RawValue>, McpEr
         Method::Initialized | Method::Cancelled => Err(not_found()),
     };
     match &result {
-        Ok(read) if method == Method::ReadResource => ctx.state.guard.charge_read(&ctx.key.id, read.get().len()),
+        Ok(read) if method == Method::ReadResource => ctx.state.guard.charge_read(&ctx.key.id, read.json_len()),
         Ok(_) => {}
         Err(error) => tracing::debug!(code = error.code(), %error, "method failed"),
     }

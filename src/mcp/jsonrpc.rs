@@ -8,6 +8,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::error::McpError;
+use super::methods::Answer;
 
 /// A request id as the client wrote it: a JSON string or number.
 #[derive(Debug, Clone)]
@@ -173,13 +174,6 @@ fn message(raw: &RawValue) -> Result<Message, Malformed> {
 }
 
 #[derive(Serialize)]
-struct Success<'a> {
-    jsonrpc: &'static str,
-    id: &'a RawValue,
-    result: &'a RawValue,
-}
-
-#[derive(Serialize)]
 struct Failure<'a> {
     jsonrpc: &'static str,
     id: Option<&'a RawValue>,
@@ -194,14 +188,19 @@ struct ErrorObject<'a> {
     data: Option<&'a Value>,
 }
 
-/// `{"jsonrpc":"2.0","id":…,"result":…}`.
-pub fn success(id: &RequestId, result: &RawValue) -> Vec<u8> {
-    // Sized once: the envelope is 30 bytes around the id and the result, which are copied as they are.
-    let mut body = Vec::with_capacity(result.get().len() + id.as_raw().get().len() + 32);
-    match serde_json::to_writer(&mut body, &Success { jsonrpc: "2.0", id: id.as_raw(), result }) {
-        Ok(()) => body,
-        Err(_) => Vec::new(),
-    }
+/// `{"jsonrpc":"2.0","id":…,"result":…}`, as serde_json writes it: the id and the result copied as they are.
+pub fn success(id: &RequestId, result: &Answer) -> Vec<u8> {
+    const OPEN: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
+    const RESULT: &[u8] = br#","result":"#;
+    let id = id.as_raw().get().as_bytes();
+    // Sized once: a list's page is copied into the answer and nowhere else.
+    let mut body = Vec::with_capacity(OPEN.len() + id.len() + RESULT.len() + result.json_len() + 1);
+    body.extend_from_slice(OPEN);
+    body.extend_from_slice(id);
+    body.extend_from_slice(RESULT);
+    result.write(&mut body);
+    body.push(b'}');
+    body
 }
 
 /// `{"jsonrpc":"2.0","id":…|null,"error":{"code","message","data"?}}`.
@@ -234,7 +233,7 @@ mod tests {
             let Ok(Message::Request(call)) = single(&body) else { panic!("request expected for {id}") };
             let request_id = call.id.expect("id");
             assert_eq!(request_id.as_raw().get(), id);
-            let empty = RawValue::from_string("{}".to_owned()).expect("raw");
+            let empty = Answer::Whole(RawValue::from_string("{}".to_owned()).expect("raw"));
             let answer = String::from_utf8(success(&request_id, &empty)).expect("utf8");
             assert_eq!(answer, format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#));
         }

@@ -254,7 +254,8 @@ async fn single(
     match dispatch::call(&ctx, &call).await {
         Ok(result) if method == Some(Method::Initialize) => {
             let mut response = reply(format, jsonrpc::success(id, &result));
-            match issue_session(state, &admitted, &result).await {
+            let Some(result) = result.whole() else { return McpError::Internal.into_http(Some(id)) };
+            match issue_session(state, &admitted, result).await {
                 Ok(session_id) => {
                     response.headers_mut().insert(HeaderName::from_static(header_name::SESSION_ID), session_id);
                     response

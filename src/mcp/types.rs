@@ -97,6 +97,31 @@ impl Serialize for ListResult<'_> {
     }
 }
 
+impl ListResult<'_> {
+    /// The result's JSON before and after its items, as [`Serialize`] writes it around them: a page's
+    /// items can then be written straight into the answer.
+    pub fn around_items(self) -> serde_json::Result<(String, String)> {
+        // Written with `0` for the items: the first `"key":0` is the items' place, since nothing before it
+        // is text from a client or a registry (only `resultType`, a fixed word).
+        let placeholder = RawValue::from_string("0".to_owned())?;
+        let key = self.key;
+        let whole = serde_json::to_string(&ListResult {
+            key,
+            items: &placeholder,
+            next_cursor: self.next_cursor,
+            result_type: self.result_type,
+            cache: self.cache,
+            meta: self.meta,
+        })?;
+        let marker = format!("\"{key}\":0");
+        let Some(at) = whole.find(&marker) else {
+            return Err(serde::ser::Error::custom("the items' place was not found"));
+        };
+        let split = at + marker.len() - 1;
+        Ok((whole[..split].to_owned(), whole[split + 1..].to_owned()))
+    }
+}
+
 /// A `resources/read` result whose contents items are already serialised (the registry cache keeps each
 /// stored resource's item as JSON, so a read costs one copy of it, not a clone and a serialisation). It
 /// serialises exactly as [`ReadResourceResult`] does, field for field.
@@ -166,6 +191,36 @@ mod tests {
             serde_json::to_string(&modern).expect("serialises"),
             r#"{"resultType":"complete","resources":[{"uri":"a://b","name":"b"}],"nextCursor":"c","ttlMs":5,"cacheScope":"private"}"#
         );
+    }
+
+    /// The two ends around the items, with the items between them, are the result as it serialises, also
+    /// when a field after the items holds what the items' place looks like.
+    #[test]
+    fn list_results_split_around_their_items() {
+        let items = RawValue::from_string(r#"[{"uri":"a://\"prompts\":0","name":"b"}]"#.to_owned()).expect("valid");
+        let mut meta = MetaObject::new();
+        meta.insert("note".to_owned(), serde_json::json!("\"prompts\":0"));
+        for (result_type, next_cursor, cache, meta) in [
+            (None, None, None, None),
+            (
+                Some(ResultType::COMPLETE),
+                Some("c".to_owned()),
+                Some(CacheHints { ttl_ms: 5, scope: CacheScope::Private }),
+                Some(meta),
+            ),
+        ] {
+            let result = || ListResult {
+                key: "prompts",
+                items: &items,
+                next_cursor: next_cursor.clone(),
+                result_type: result_type.clone(),
+                cache,
+                meta: meta.clone(),
+            };
+            let whole = serde_json::to_string(&result()).expect("serialises");
+            let (head, tail) = result().around_items().expect("splits");
+            assert_eq!(format!("{head}{}{tail}", items.get()), whole);
+        }
     }
 
     #[test]

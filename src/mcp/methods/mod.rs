@@ -1,6 +1,8 @@
 //! One type per JSON-RPC method: `parse` the params into it (bad params are -32602), `apply` it against a
 //! [`Context`], get a typed result. [`run`] serialises the result once.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
@@ -25,23 +27,79 @@ pub mod subscribe;
 
 /// A JSON-RPC method: parsed from its params, applied against the request's context.
 pub(crate) trait McpMethod: Sized {
-    type Output: Serialize;
+    type Output: IntoAnswer;
 
     fn parse(params: Option<&Value>) -> Result<Self, McpError>;
 
     async fn apply(self, ctx: &Context<'_>) -> Result<Self::Output, McpError>;
+}
 
-    /// The output as the result's JSON. A list's output already is (its page is written once, with the
-    /// cursor): copying tens of kilobytes through the serializer again would be the request's largest cost.
-    fn into_raw(output: Self::Output) -> serde_json::Result<Box<RawValue>> {
-        serde_json::value::to_raw_value(&output)
+/// A method's output as the result's JSON: serialised, or already an [`Answer`] (a list's, whose page is
+/// written into the answer as the cache keeps it, with the cursor).
+pub(crate) trait IntoAnswer {
+    fn into_answer(self) -> serde_json::Result<Answer>;
+}
+
+impl<T: Serialize> IntoAnswer for T {
+    fn into_answer(self) -> serde_json::Result<Answer> {
+        serde_json::value::to_raw_value(&self).map(Answer::Whole)
+    }
+}
+
+impl IntoAnswer for Answer {
+    fn into_answer(self) -> serde_json::Result<Answer> {
+        Ok(self)
+    }
+}
+
+/// A method's result as JSON: whole, or a list's cached page of items between the result's two ends, so
+/// that the page (tens of kilobytes) is copied once, into the answer, rather than into a result first.
+pub enum Answer {
+    Whole(Box<RawValue>),
+    Page {
+        /// The result up to the items: `{"resources":`, with `resultType` before it in the modern era.
+        head: String,
+        /// The page's items, a JSON array, as the registry cache keeps them.
+        items: Arc<resources::Page>,
+        /// The rest of the result after the items, `}` included.
+        tail: String,
+    },
+}
+
+impl Answer {
+    /// The result's length in bytes.
+    pub fn json_len(&self) -> usize {
+        match self {
+            Answer::Whole(raw) => raw.get().len(),
+            Answer::Page { head, items, tail } => head.len() + items.items.get().len() + tail.len(),
+        }
+    }
+
+    /// Appends the result's JSON to `out`.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            Answer::Whole(raw) => out.extend_from_slice(raw.get().as_bytes()),
+            Answer::Page { head, items, tail } => {
+                out.extend_from_slice(head.as_bytes());
+                out.extend_from_slice(items.items.get().as_bytes());
+                out.extend_from_slice(tail.as_bytes());
+            }
+        }
+    }
+
+    /// The result, when it is whole (as every method's but a list's is).
+    pub fn whole(&self) -> Option<&RawValue> {
+        match self {
+            Answer::Whole(raw) => Some(raw),
+            Answer::Page { .. } => None,
+        }
     }
 }
 
 /// Parses, applies and serialises one method call.
-pub(crate) async fn run<M: McpMethod>(ctx: &Context<'_>, params: Option<&Value>) -> Result<Box<RawValue>, McpError> {
+pub(crate) async fn run<M: McpMethod>(ctx: &Context<'_>, params: Option<&Value>) -> Result<Answer, McpError> {
     let output = M::parse(params)?.apply(ctx).await?;
-    M::into_raw(output).map_err(|error| {
+    output.into_answer().map_err(|error| {
         tracing::error!(%error, "could not serialise a result");
         McpError::Internal
     })

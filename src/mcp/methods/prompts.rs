@@ -5,10 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use super::resources::{PAGE_SIZE, Page, cursor, list};
-use super::{McpMethod, params, render_bounded};
+use super::{Answer, McpMethod, params, render_bounded};
 use crate::domain::PromptName;
 use crate::domain::content::template_sources;
 use crate::domain::model::{Prompt, Role};
@@ -29,17 +28,13 @@ pub struct ListPrompts {
 }
 
 impl McpMethod for ListPrompts {
-    type Output = Box<RawValue>;
-
-    fn into_raw(output: Box<RawValue>) -> serde_json::Result<Box<RawValue>> {
-        Ok(output)
-    }
+    type Output = Answer;
 
     fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         Ok(Self { cursor: cursor(raw)? })
     }
 
-    async fn apply(self, ctx: &Context<'_>) -> Result<Box<RawValue>, McpError> {
+    async fn apply(self, ctx: &Context<'_>) -> Result<Answer, McpError> {
         let store = ctx.registry().store().clone();
         let agent = ctx.agent.id.clone();
         list(ctx, ListKind::Prompts, "prompts", self.cursor, |after| async move {

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{McpMethod, params};
+use super::{Answer, McpMethod, params};
 use crate::domain::model::{Resource, ResourceTemplate};
 use crate::domain::time::Timestamp;
 use crate::mcp::dispatch::Context;
@@ -56,7 +56,7 @@ pub(crate) async fn list<F, Fut>(
     key: &'static str,
     cursor: Option<String>,
     load: F,
-) -> Result<Box<RawValue>, McpError>
+) -> Result<Answer, McpError>
 where
     F: FnOnce(Option<String>) -> Fut,
     Fut: Future<Output = StoreResult<Page>>,
@@ -87,7 +87,8 @@ where
         cache: ctx.cache_hints(),
         meta: ctx.result_meta(),
     };
-    serde_json::value::to_raw_value(&result).map_err(|_| McpError::Internal)
+    let (head, tail) = result.around_items().map_err(|_| McpError::Internal)?;
+    Ok(Answer::Page { head, items: page, tail })
 }
 
 /// The cursor of a list request (`_meta` and unknown fields are ignored).
@@ -102,17 +103,13 @@ pub struct ListResources {
 }
 
 impl McpMethod for ListResources {
-    type Output = Box<RawValue>;
-
-    fn into_raw(output: Box<RawValue>) -> serde_json::Result<Box<RawValue>> {
-        Ok(output)
-    }
+    type Output = Answer;
 
     fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         Ok(Self { cursor: cursor(raw)? })
     }
 
-    async fn apply(self, ctx: &Context<'_>) -> Result<Box<RawValue>, McpError> {
+    async fn apply(self, ctx: &Context<'_>) -> Result<Answer, McpError> {
         let store = ctx.registry().store().clone();
         let agent = ctx.agent.id.clone();
         list(ctx, ListKind::Resources, "resources", self.cursor, |after| async move {
@@ -129,17 +126,13 @@ pub struct ListTemplates {
 }
 
 impl McpMethod for ListTemplates {
-    type Output = Box<RawValue>;
-
-    fn into_raw(output: Box<RawValue>) -> serde_json::Result<Box<RawValue>> {
-        Ok(output)
-    }
+    type Output = Answer;
 
     fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         Ok(Self { cursor: cursor(raw)? })
     }
 
-    async fn apply(self, ctx: &Context<'_>) -> Result<Box<RawValue>, McpError> {
+    async fn apply(self, ctx: &Context<'_>) -> Result<Answer, McpError> {
         let store = ctx.registry().store().clone();
         let agent = ctx.agent.id.clone();
         list(ctx, ListKind::Templates, "resourceTemplates", self.cursor, |after| async move {
