@@ -72,15 +72,13 @@ pub enum StoreError {
 impl StoreError {
     /// The database refused a value of the write, which fails the same way however often it is retried:
     /// PostgreSQL's data exceptions (SQLSTATE class 22, e.g. text it cannot store), or a value too large
-    /// to send ([`StoreError::Invalid`]). Not the two that mean hivegate sent `COPY` data the table does
-    /// not match (22P03 bad binary format, 22P04 bad field count): those are hivegate's fault, not the
-    /// record's, and must not be blamed on every record.
+    /// to send ([`StoreError::Invalid`]).
     pub fn refuses_a_value(&self) -> bool {
         match self {
             StoreError::Invalid(_) => true,
             StoreError::Database(sqlx::Error::Database(error)) => error
                 .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
-                .is_some_and(|error| error.code().starts_with("22") && !matches!(error.code(), "22P03" | "22P04")),
+                .is_some_and(|error| error.code().starts_with("22")),
             _ => false,
         }
     }
