@@ -4,13 +4,11 @@
 
 use std::sync::Arc;
 
-use serde_json::Map;
-
 use super::era::Era;
 use super::error::McpError;
 use super::jsonrpc::Call;
 use super::methods::{self, Answer, completion, lifecycle, prompts, read, resources, subscribe};
-use super::types::{CacheHints, CacheScope, Implementation, MetaObject, ResultType, meta};
+use super::types::{CacheHints, CacheScope, Implementation, MetaObject, ResultType, ServerMeta};
 use crate::domain::model::{Agent, KeyRecord};
 use crate::domain::session::Session;
 use crate::guard::{Costly, RateLimitSlot};
@@ -122,16 +120,21 @@ impl Context<'_> {
 
     /// hivegate as an MCP implementation: titled with the agent's name.
     pub fn server_info(&self) -> Implementation {
-        Implementation::new("hivegate", env!("CARGO_PKG_VERSION")).with_title(self.agent.name.clone())
+        ServerMeta { title: &self.agent.name }.implementation()
     }
 
-    /// The result `_meta` of modern results: `io.modelcontextprotocol/serverInfo`.
+    /// The result `_meta` of modern results (`io.modelcontextprotocol/serverInfo`), as written.
+    pub fn server_meta(&self) -> Option<ServerMeta<'_>> {
+        self.is_modern().then_some(ServerMeta { title: &self.agent.name })
+    }
+
+    /// The result `_meta` of modern results, as a map, for results that keep theirs in one.
     pub fn result_meta(&self) -> Option<MetaObject> {
-        if !self.is_modern() {
-            return None;
+        let info = serde_json::to_value(self.server_meta()?).ok()?;
+        match info {
+            serde_json::Value::Object(map) => Some(MetaObject(map)),
+            _ => None,
         }
-        let info = serde_json::to_value(self.server_info()).ok()?;
-        Some(MetaObject(Map::from_iter([(meta::SERVER_INFO.to_owned(), info)])))
     }
 
     /// A costly method's own limit for this key ([`crate::guard::Guard::method`]): 429/-31429 when refused,

@@ -55,6 +55,41 @@ pub mod header {
     pub const SESSION_ID: &str = "mcp-session-id";
 }
 
+/// A modern result's `_meta`: `io.modelcontextprotocol/serverInfo`, hivegate titled with the agent's name.
+/// Serialises exactly as that [`Implementation`] in a [`MetaObject`] does, without building either.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerMeta<'a> {
+    /// The agent's name.
+    pub title: &'a str,
+}
+
+impl ServerMeta<'_> {
+    pub const NAME: &'static str = "hivegate";
+    pub const VERSION: &'static str = env!("CARGO_PKG_VERSION");
+
+    /// The server's [`Implementation`], as `initialize` and `server/discover` answer it.
+    pub fn implementation(&self) -> Implementation {
+        Implementation::new(Self::NAME, Self::VERSION).with_title(self.title)
+    }
+}
+
+impl Serialize for ServerMeta<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Info<'a> {
+            name: &'static str,
+            title: &'a str,
+            version: &'static str,
+        }
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry(
+            meta::SERVER_INFO,
+            &Info { name: ServerMeta::NAME, title: self.title, version: ServerMeta::VERSION },
+        )?;
+        map.end()
+    }
+}
+
 /// Caching hints of a modern cacheable result (`ttlMs`, `cacheScope`); absent on the legacy wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheHints {
@@ -73,7 +108,7 @@ pub struct ListResult<'a> {
     pub next_cursor: Option<String>,
     pub result_type: Option<ResultType>,
     pub cache: Option<CacheHints>,
-    pub meta: Option<MetaObject>,
+    pub meta: Option<ServerMeta<'a>>,
 }
 
 impl Serialize for ListResult<'_> {
@@ -98,42 +133,72 @@ impl Serialize for ListResult<'_> {
 }
 
 impl ListResult<'_> {
-    /// The result's JSON before and after its items, as [`Serialize`] writes it around them: a page's
-    /// items can then be written straight into the answer.
-    pub fn around_items(self) -> serde_json::Result<(String, String)> {
+    /// The result's JSON without its items, and where they go: a page's items can then be written straight
+    /// into the answer ([`Outline`]).
+    pub fn outline(self) -> serde_json::Result<Outline> {
         // Written with `0` for the items: the first `"key":0` is the items' place, since nothing before it
         // is text from a client or a registry (only `resultType`, a fixed word).
         let placeholder = RawValue::from_string("0".to_owned())?;
         let key = self.key;
-        let whole = serde_json::to_string(&ListResult {
-            key,
-            items: &placeholder,
-            next_cursor: self.next_cursor,
-            result_type: self.result_type,
-            cache: self.cache,
-            meta: self.meta,
-        })?;
-        let marker = format!("\"{key}\":0");
-        let Some(at) = whole.find(&marker) else {
+        let whole = serde_json::to_string(&ListResult { items: &placeholder, ..self })?;
+        Outline::cut(whole, &format!("\"{key}\":"), "0")
+    }
+}
+
+/// A result's JSON with its items (a JSON array) left out, and the byte offset where they go.
+#[derive(Debug)]
+pub struct Outline {
+    json: String,
+    at: usize,
+}
+
+impl Outline {
+    /// Cuts `placeholder` out of `whole` where it follows the first `key`.
+    fn cut(mut whole: String, key: &str, placeholder: &str) -> serde_json::Result<Self> {
+        let Some(at) = whole.find(key).map(|found| found + key.len()) else {
             return Err(serde::ser::Error::custom("the items' place was not found"));
         };
-        let split = at + marker.len() - 1;
-        Ok((whole[..split].to_owned(), whole[split + 1..].to_owned()))
+        if !whole[at..].starts_with(placeholder) {
+            return Err(serde::ser::Error::custom("the items' place holds something else"));
+        }
+        whole.replace_range(at..at + placeholder.len(), "");
+        Ok(Self { json: whole, at })
+    }
+
+    /// The JSON before the items.
+    pub fn head(&self) -> &str {
+        &self.json[..self.at]
+    }
+
+    /// The JSON after the items.
+    pub fn tail(&self) -> &str {
+        &self.json[self.at..]
     }
 }
 
 /// A `resources/read` result whose contents items are already serialised (the registry cache keeps each
 /// stored resource's item as JSON, so a read costs one copy of it, not a clone and a serialisation). It
 /// serialises exactly as [`ReadResourceResult`] does, field for field.
-pub struct ReadResult {
+pub struct ReadResult<'a> {
     pub result_type: Option<ResultType>,
     pub cache: Option<CacheHints>,
     /// Each a serialised [`ResourceContents`].
     pub contents: Vec<std::sync::Arc<RawValue>>,
-    pub meta: Option<MetaObject>,
+    pub meta: Option<ServerMeta<'a>>,
 }
 
-impl Serialize for ReadResult {
+impl ReadResult<'_> {
+    /// The result without its contents, and the contents: they are written into the answer as the registry
+    /// cache keeps them, rather than copied into the result first.
+    pub fn outline(self) -> serde_json::Result<(Outline, Vec<std::sync::Arc<RawValue>>)> {
+        let contents = self.contents;
+        // Only fixed words come before `contents` (`resultType`, `ttlMs`, `cacheScope`).
+        let whole = serde_json::to_string(&ReadResult { contents: Vec::new(), ..self })?;
+        Ok((Outline::cut(whole, "\"contents\":", "[]")?, contents))
+    }
+}
+
+impl Serialize for ReadResult<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         struct Items<'a>(&'a [std::sync::Arc<RawValue>]);
         impl Serialize for Items<'_> {
@@ -193,20 +258,18 @@ mod tests {
         );
     }
 
-    /// The two ends around the items, with the items between them, are the result as it serialises, also
-    /// when a field after the items holds what the items' place looks like.
+    /// The outline with the items in their place is the result as it serialises, also when a field after the
+    /// items holds what the items' place looks like.
     #[test]
-    fn list_results_split_around_their_items() {
+    fn list_results_outline_their_items() {
         let items = RawValue::from_string(r#"[{"uri":"a://\"prompts\":0","name":"b"}]"#.to_owned()).expect("valid");
-        let mut meta = MetaObject::new();
-        meta.insert("note".to_owned(), serde_json::json!("\"prompts\":0"));
         for (result_type, next_cursor, cache, meta) in [
             (None, None, None, None),
             (
                 Some(ResultType::COMPLETE),
                 Some("c".to_owned()),
                 Some(CacheHints { ttl_ms: 5, scope: CacheScope::Private }),
-                Some(meta),
+                Some(ServerMeta { title: "\"prompts\":0" }),
             ),
         ] {
             let result = || ListResult {
@@ -215,20 +278,35 @@ mod tests {
                 next_cursor: next_cursor.clone(),
                 result_type: result_type.clone(),
                 cache,
-                meta: meta.clone(),
+                meta,
             };
             let whole = serde_json::to_string(&result()).expect("serialises");
-            let (head, tail) = result().around_items().expect("splits");
-            assert_eq!(format!("{head}{}{tail}", items.get()), whole);
+            let outline = result().outline().expect("outlines");
+            assert_eq!(format!("{}{}{}", outline.head(), items.get(), outline.tail()), whole);
         }
     }
 
+    /// A modern result's `_meta` is the server's `Implementation` under `io.modelcontextprotocol/serverInfo`.
+    #[test]
+    fn server_meta_serialises_as_the_implementation_does() {
+        for title in ["Docs", "a \"quoted\" name\n\u{1}é"] {
+            let ours = ServerMeta { title };
+            let expected = MetaObject(serde_json::Map::from_iter([(
+                meta::SERVER_INFO.to_owned(),
+                serde_json::to_value(ours.implementation()).expect("value"),
+            )]));
+            assert_eq!(serde_json::to_string(&ours).expect("ours"), serde_json::to_string(&expected).expect("theirs"));
+        }
+    }
+
+    /// A read result serialises as rmcp's does, and its outline with the contents written as an array in
+    /// their place is that same JSON (a title that looks like the contents' place comes after them).
     #[test]
     fn read_results_serialise_as_rmcp_does() {
         let text = ResourceContents::TextResourceContents {
             uri: "a://b".to_owned(),
             mime_type: Some("text/plain".to_owned()),
-            text: "line \"one\"\n\u{1}é".to_owned(),
+            text: "line \"one\"\n\u{1}é \"contents\":[]".to_owned(),
             meta: None,
         };
         let blob = ResourceContents::BlobResourceContents {
@@ -237,25 +315,38 @@ mod tests {
             blob: "AAE=".to_owned(),
             meta: None,
         };
-        let meta =
-            MetaObject(serde_json::Map::from_iter([(meta::SERVER_INFO.to_owned(), serde_json::json!({"name": "x"}))]));
+        let title = "\"contents\":[]";
         for (result_type, cache, meta) in [
             (None, None, None),
-            (Some(ResultType::COMPLETE), Some(CacheHints { ttl_ms: 5, scope: CacheScope::Private }), Some(meta)),
+            (
+                Some(ResultType::COMPLETE),
+                Some(CacheHints { ttl_ms: 5, scope: CacheScope::Private }),
+                Some(ServerMeta { title }),
+            ),
         ] {
-            let mut expected = ReadResourceResult::new(vec![text.clone(), blob.clone()]);
-            expected.result_type = result_type.clone();
-            if let Some(hints) = cache {
-                expected = expected.with_ttl_ms(hints.ttl_ms).with_cache_scope(hints.scope);
+            for contents in [vec![], vec![&text], vec![&text, &blob]] {
+                let mut expected = ReadResourceResult::new(contents.iter().map(|item| (*item).clone()).collect());
+                expected.result_type = result_type.clone();
+                if let Some(hints) = cache {
+                    expected = expected.with_ttl_ms(hints.ttl_ms).with_cache_scope(hints.scope);
+                }
+                expected.meta = meta.map(|meta| {
+                    let serde_json::Value::Object(map) = serde_json::to_value(meta).expect("value") else {
+                        panic!("an object")
+                    };
+                    MetaObject(map)
+                });
+                let expected = serde_json::to_string(&expected).expect("serialises");
+                let items: Vec<_> = contents
+                    .iter()
+                    .map(|item| std::sync::Arc::from(serde_json::value::to_raw_value(item).expect("item")))
+                    .collect();
+                let ours = || ReadResult { result_type: result_type.clone(), cache, contents: items.clone(), meta };
+                assert_eq!(serde_json::to_string(&ours()).expect("serialises"), expected);
+                let (outline, contents) = ours().outline().expect("outlines");
+                let array = format!("[{}]", contents.iter().map(|item| item.get()).collect::<Vec<_>>().join(","));
+                assert_eq!(format!("{}{array}{}", outline.head(), outline.tail()), expected);
             }
-            expected.meta = meta.clone();
-            let items =
-                [&text, &blob].map(|item| std::sync::Arc::from(serde_json::value::to_raw_value(item).expect("item")));
-            let ours = ReadResult { result_type, cache, contents: items.to_vec(), meta };
-            assert_eq!(
-                serde_json::to_string(&ours).expect("serialises"),
-                serde_json::to_string(&expected).expect("serialises")
-            );
         }
     }
 

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use super::dispatch::Context;
 use super::error::McpError;
+use super::types::Outline;
 use crate::domain::render::Budget;
 
 /// `completion/complete`.
@@ -52,18 +53,46 @@ impl IntoAnswer for Answer {
     }
 }
 
-/// A method's result as JSON: whole, or a list's cached page of items between the result's two ends, so
-/// that the page (tens of kilobytes) is copied once, into the answer, rather than into a result first.
+/// A method's result as JSON: whole, or outlined around its items (a list's cached page, a read's contents),
+/// so that the items (up to megabytes) are copied once, into the answer, rather than into a result first.
 pub enum Answer {
     Whole(Box<RawValue>),
-    Page {
-        /// The result up to the items: `{"resources":`, with `resultType` before it in the modern era.
-        head: String,
-        /// The page's items, a JSON array, as the registry cache keeps them.
-        items: Arc<resources::Page>,
-        /// The rest of the result after the items, `}` included.
-        tail: String,
-    },
+    Around { outline: Outline, items: Items },
+}
+
+/// The items an [`Answer::Around`] writes into its outline.
+pub enum Items {
+    /// A list's page of items, a JSON array, as the registry cache keeps it.
+    Page(Arc<resources::Page>),
+    /// A read's contents items, each as the registry cache keeps it (or as rendered), written as an array.
+    Each(Vec<Arc<RawValue>>),
+}
+
+impl Items {
+    fn json_len(&self) -> usize {
+        match self {
+            Items::Page(page) => page.items.get().len(),
+            Items::Each(items) => {
+                2 + items.len().saturating_sub(1) + items.iter().map(|item| item.get().len()).sum::<usize>()
+            }
+        }
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            Items::Page(page) => out.extend_from_slice(page.items.get().as_bytes()),
+            Items::Each(items) => {
+                out.push(b'[');
+                for (index, item) in items.iter().enumerate() {
+                    if index > 0 {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(item.get().as_bytes());
+                }
+                out.push(b']');
+            }
+        }
+    }
 }
 
 impl Answer {
@@ -71,7 +100,7 @@ impl Answer {
     pub fn json_len(&self) -> usize {
         match self {
             Answer::Whole(raw) => raw.get().len(),
-            Answer::Page { head, items, tail } => head.len() + items.items.get().len() + tail.len(),
+            Answer::Around { outline, items } => outline.head().len() + items.json_len() + outline.tail().len(),
         }
     }
 
@@ -79,19 +108,19 @@ impl Answer {
     pub fn write(&self, out: &mut Vec<u8>) {
         match self {
             Answer::Whole(raw) => out.extend_from_slice(raw.get().as_bytes()),
-            Answer::Page { head, items, tail } => {
-                out.extend_from_slice(head.as_bytes());
-                out.extend_from_slice(items.items.get().as_bytes());
-                out.extend_from_slice(tail.as_bytes());
+            Answer::Around { outline, items } => {
+                out.extend_from_slice(outline.head().as_bytes());
+                items.write(out);
+                out.extend_from_slice(outline.tail().as_bytes());
             }
         }
     }
 
-    /// The result, when it is whole (as every method's but a list's is).
+    /// The result, when it is whole (as every method's but a list's and a read's is).
     pub fn whole(&self) -> Option<&RawValue> {
         match self {
             Answer::Whole(raw) => Some(raw),
-            Answer::Page { .. } => None,
+            Answer::Around { .. } => None,
         }
     }
 }
@@ -135,5 +164,26 @@ where
             McpError::Internal
         }),
         rendered => Ok((rendered, quick)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A read's contents are written as a JSON array, and their length (what a read is charged) is exact.
+    #[test]
+    fn contents_are_written_as_an_array_of_their_exact_length() {
+        let item =
+            |json: &str| -> Arc<RawValue> { Arc::from(RawValue::from_string(json.to_owned()).expect("valid json")) };
+        for contents in [vec![], vec![item(r#"{"uri":"a://b","text":"x"}"#)], vec![item("{}"), item(r#"{"a":[1,2]}"#)]]
+        {
+            let expected = format!("[{}]", contents.iter().map(|raw| raw.get()).collect::<Vec<_>>().join(","));
+            let items = Items::Each(contents);
+            let mut out = Vec::new();
+            items.write(&mut out);
+            assert_eq!(String::from_utf8(out).expect("utf8"), expected);
+            assert_eq!(items.json_len(), expected.len());
+        }
     }
 }

@@ -9,7 +9,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{McpMethod, params, render_bounded};
+use super::{Answer, Items, McpMethod, params, render_bounded};
 use crate::domain::model::{Content, Resource, ResourceTemplate};
 use crate::domain::render::Compiled;
 use crate::domain::{ResourceUri, UriTemplate};
@@ -46,7 +46,7 @@ pub struct ReadResource {
 }
 
 impl McpMethod for ReadResource {
-    type Output = ReadResult;
+    type Output = Answer;
 
     fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         let parsed: ReadResourceRequestParams = params(raw)?;
@@ -55,7 +55,7 @@ impl McpMethod for ReadResource {
         Ok(Self { uri: parsed.uri })
     }
 
-    async fn apply(self, ctx: &Context<'_>) -> Result<ReadResult, McpError> {
+    async fn apply(self, ctx: &Context<'_>) -> Result<Answer, McpError> {
         // A URI that cannot be stored cannot be found: answered without touching the store or the cache
         // (which would otherwise hold an arbitrarily long "absent" key).
         if ResourceUri::parse(&self.uri).is_err() {
@@ -68,7 +68,13 @@ impl McpMethod for ReadResource {
             Some(stored) => vec![stored.item.clone()],
             None => vec![serialised(&from_template(ctx, &self.uri).await?)?],
         };
-        Ok(ReadResult { result_type: ctx.result_type(), cache: ctx.cache_hints(), contents, meta: ctx.result_meta() })
+        let result =
+            ReadResult { result_type: ctx.result_type(), cache: ctx.cache_hints(), contents, meta: ctx.server_meta() };
+        let (outline, contents) = result.outline().map_err(|error| {
+            tracing::error!(%error, "could not serialise a read result");
+            McpError::Internal
+        })?;
+        Ok(Answer::Around { outline, items: Items::Each(contents) })
     }
 }
 

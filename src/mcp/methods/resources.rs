@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{Answer, McpMethod, params};
+use super::{Answer, Items, McpMethod, params};
 use crate::domain::model::{Resource, ResourceTemplate};
 use crate::domain::time::Timestamp;
 use crate::mcp::dispatch::Context;
@@ -85,10 +85,10 @@ where
         next_cursor: page.last.as_deref().map(|last| ctx.state.cursors.encode(kind, agent, last)),
         result_type: ctx.result_type(),
         cache: ctx.cache_hints(),
-        meta: ctx.result_meta(),
+        meta: ctx.server_meta(),
     };
-    let (head, tail) = result.around_items().map_err(|_| McpError::Internal)?;
-    Ok(Answer::Page { head, items: page, tail })
+    let outline = result.outline().map_err(|_| McpError::Internal)?;
+    Ok(Answer::Around { outline, items: Items::Page(page) })
 }
 
 /// The cursor of a list request (`_meta` and unknown fields are ignored).
