@@ -72,3 +72,8 @@ pub mod store;
 pub mod telemetry;
 /// Native TLS on the listener, with certificates reloaded when their files change.
 pub mod tls;
+
+/// The concurrent map of the state looked up on every request (keys, sessions, rate-limit buckets, failed
+/// authentications, the registry cache), hashed with foldhash rather than std's SipHash, which cost more than
+/// the lookups themselves. Its keys may come from clients (addresses, URIs): foldhash's seed is per process.
+pub(crate) type FastMap<K, V> = dashmap::DashMap<K, V, foldhash::fast::RandomState>;

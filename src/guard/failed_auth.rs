@@ -8,7 +8,7 @@
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
-use dashmap::DashMap;
+use crate::FastMap;
 
 /// A client's failures in its current window.
 struct Strikes {
@@ -20,13 +20,13 @@ struct Strikes {
 pub struct FailedAuth {
     attempts: u32,
     window: Duration,
-    clients: DashMap<IpAddr, Strikes>,
+    clients: FastMap<IpAddr, Strikes>,
 }
 
 impl FailedAuth {
     /// `attempts` 0 turns the check off.
     pub fn new(attempts: u32, window: Duration) -> Self {
-        Self { attempts, window, clients: DashMap::new() }
+        Self { attempts, window, clients: FastMap::default() }
     }
 
     pub fn is_enabled(&self) -> bool {

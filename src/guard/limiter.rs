@@ -3,10 +3,11 @@
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
-use dashmap::DashMap;
 use governor::clock::Clock;
 use governor::middleware::StateInformationMiddleware;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+
+use crate::FastMap;
 
 /// A rate: `per_second` requests a second on average, at most `burst` at once. Both are at least 1; an
 /// unlimited rate is no `Limit` at all (`Option<Limit>`).
@@ -117,7 +118,7 @@ impl Bucket {
 /// filled up again (a new bucket is full: forgetting them changes nothing).
 #[derive(Default)]
 pub struct Buckets {
-    entries: DashMap<String, Bucket>,
+    entries: FastMap<String, Bucket>,
 }
 
 impl Buckets {
@@ -154,7 +155,7 @@ impl Buckets {
 /// negative balance refuses until it has been paid back.
 #[derive(Default)]
 pub struct Budgets {
-    entries: DashMap<String, Budget>,
+    entries: FastMap<String, Budget>,
 }
 
 struct Budget {

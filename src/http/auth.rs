@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
-use dashmap::DashMap;
 use secrecy::{ExposeSecret, SecretString};
 
+use crate::FastMap;
 use crate::domain::model::KeyRecord;
 use crate::domain::time::Timestamp;
 use crate::domain::{AgentId, ApiKey, KeyDigest, KeyHasher};
@@ -45,14 +45,14 @@ struct CachedKey {
 pub struct KeyCache {
     store: Arc<dyn Store>,
     hasher: KeyHasher,
-    entries: DashMap<KeyDigest, CachedKey>,
+    entries: FastMap<KeyDigest, CachedKey>,
     generation: AtomicU64,
     gate: CacheGate,
 }
 
 impl KeyCache {
     pub fn new(store: Arc<dyn Store>, hasher: KeyHasher) -> Self {
-        Self { store, hasher, entries: DashMap::new(), generation: AtomicU64::new(0), gate: CacheGate::default() }
+        Self { store, hasher, entries: FastMap::default(), generation: AtomicU64::new(0), gate: CacheGate::default() }
     }
 
     /// The key in `headers` (`X-Agent-API-Key`, else `Authorization: Bearer`), if any.

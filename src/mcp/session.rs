@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
-use dashmap::DashMap;
 
 use super::error::McpError;
 use super::types::header;
+use crate::FastMap;
 use crate::domain::AgentId;
 use crate::domain::model::KeyRecord;
 use crate::domain::session::{Session, SessionDigest, SessionToken};
@@ -34,10 +34,10 @@ pub struct Sessions {
     touch_every: Duration,
     /// Sessions seen here, by digest: looked up by every request that names one. A sharded map, since many
     /// requests look up at once; no entry is held across an `.await`.
-    entries: DashMap<SessionDigest, Arc<Session>>,
+    entries: FastMap<SessionDigest, Arc<Session>>,
     /// When this replica last wrote each session's `last_seen_at`. Kept apart from `entries` so that an open
     /// stream keeps its session alive even while the session is not cached (after a resync, say).
-    touched: DashMap<SessionDigest, Instant>,
+    touched: FastMap<SessionDigest, Instant>,
     /// Bumped on every invalidation, so that a load that raced with one is not cached.
     generation: AtomicU64,
     /// Closed while the bus may be missing messages: sessions are then read from the database every time.
@@ -51,8 +51,8 @@ impl Sessions {
             store,
             idle,
             touch_every,
-            entries: DashMap::new(),
-            touched: DashMap::new(),
+            entries: FastMap::default(),
+            touched: FastMap::default(),
             generation: AtomicU64::new(0),
             gate: CacheGate::default(),
         }

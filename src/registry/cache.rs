@@ -17,8 +17,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use dashmap::DashMap;
-
+use crate::FastMap;
 use crate::domain::AgentId;
 use crate::domain::model::Agent;
 use prometheus_client::metrics::counter::Counter;
@@ -70,43 +69,48 @@ struct Registry {
 struct RegistryInner {
     is_dead: bool,
     bytes: usize,
-    entries: HashMap<Key, (Entry, usize)>,
+    /// Hashed with foldhash: keys are looked up on every request, and SipHash (std's default) cost more
+    /// than the lookup itself. Keys come from the registry and requests; foldhash's seed is per process.
+    entries: HashMap<Key, (Entry, usize), foldhash::fast::RandomState>,
 }
 
 pub struct RegistryCache {
     store: Arc<dyn Store>,
-    agents: DashMap<AgentId, Arc<Agent>>,
+    agents: FastMap<AgentId, Arc<Agent>>,
     /// Bumped on every agent invalidation, so a load that raced with one is not cached.
     agent_generation: AtomicU64,
     /// Closed while the bus may be missing messages: nothing is cached until it resyncs.
     gate: CacheGate,
-    registries: DashMap<AgentId, Arc<Registry>>,
+    registries: FastMap<AgentId, Arc<Registry>>,
     /// Estimated bytes held by live registries.
     bytes: AtomicUsize,
     max_bytes: usize,
     max_content_bytes: usize,
-    /// Hits and misses of [`RegistryCache::get_or_load`].
-    lookups: Family<ResultLabels, Counter>,
+    /// Hits and misses of [`RegistryCache::get_or_load`], resolved from their family once.
+    hits: Counter,
+    misses: Counter,
 }
 
 impl RegistryCache {
     pub fn with_limits(store: Arc<dyn Store>, max_bytes: usize, max_content_bytes: usize) -> Self {
         Self {
             store,
-            agents: DashMap::new(),
+            agents: FastMap::default(),
             agent_generation: AtomicU64::new(0),
             gate: CacheGate::default(),
-            registries: DashMap::new(),
+            registries: FastMap::default(),
             bytes: AtomicUsize::new(0),
             max_bytes,
             max_content_bytes,
-            lookups: Family::default(),
+            hits: Counter::default(),
+            misses: Counter::default(),
         }
     }
 
     /// Counts hits and misses in `lookups` (a family the application exports).
     pub fn counting_lookups_in(mut self, lookups: Family<ResultLabels, Counter>) -> Self {
-        self.lookups = lookups;
+        self.hits = lookups.get_or_create_owned(&ResultLabels { result: "hit" });
+        self.misses = lookups.get_or_create_owned(&ResultLabels { result: "miss" });
         self
     }
 
@@ -150,12 +154,14 @@ impl RegistryCache {
         F: FnOnce() -> Fut,
         Fut: Future<Output = StoreResult<Loaded<T>>>,
     {
-        let registry = self.registries.entry(agent.clone()).or_default().clone();
+        // A shared lock on the map's shard for an agent already there, the exclusive one only to add it.
+        let known = self.registries.get(agent).map(|registry| Arc::clone(&registry));
+        let registry = known.unwrap_or_else(|| self.registries.entry(agent.clone()).or_default().clone());
         if let Some(hit) = lookup::<T>(&registry, &key) {
-            self.lookups.get_or_create(&ResultLabels { result: "hit" }).inc();
+            self.hits.inc();
             return Ok(hit);
         }
-        self.lookups.get_or_create(&ResultLabels { result: "miss" }).inc();
+        self.misses.inc();
         let loaded = load().await?;
         let value = Arc::new(loaded.value);
         if let Some(bytes) = loaded.bytes {
