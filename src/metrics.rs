@@ -6,6 +6,7 @@
 //! names from the method table (anything else is `other`), never URIs, agents or keys.
 
 use std::fmt;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
@@ -14,11 +15,12 @@ use axum::response::{IntoResponse, Response};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
-use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::FastMap;
 use crate::audit::AuditStats;
 use crate::mcp::hub::Hub;
 use crate::registry::cache::RegistryCache;
@@ -167,13 +169,49 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 18))
 }
 
+/// A family of metrics updated on every request: each label set's metric is looked up in the family once and
+/// then kept in a map hashed with foldhash (`Family::get_or_create` hashes the labels with SipHash under the
+/// family's lock on every call). Its label sets are the family's, bounded (route templates, methods, statuses,
+/// MCP methods, eras, outcomes).
+pub struct Resolved<S, M, C = fn() -> M> {
+    family: Family<S, M, C>,
+    metrics: FastMap<S, M>,
+}
+
+impl<S, M, C> Resolved<S, M, C>
+where
+    S: Clone + Hash + Eq,
+    M: Clone,
+    C: MetricConstructor<M>,
+{
+    fn new(family: Family<S, M, C>) -> Self {
+        Self { family, metrics: FastMap::default() }
+    }
+
+    /// The family, as it is registered and exported.
+    pub fn family(&self) -> &Family<S, M, C> {
+        &self.family
+    }
+
+    /// Updates the metric of `labels` (created in the family the first time).
+    pub fn with(&self, labels: &S, update: impl FnOnce(&M)) {
+        if let Some(metric) = self.metrics.get(labels) {
+            update(&metric);
+            return;
+        }
+        let metric = self.family.get_or_create_owned(labels);
+        update(&metric);
+        self.metrics.insert(labels.clone(), metric);
+    }
+}
+
 /// Every metric hivegate exports, per application.
 pub struct Metrics {
     registry: Mutex<Registry>,
-    pub http_requests: Family<HttpLabels, Counter>,
-    pub http_duration: HistogramFamily<HttpRouteLabels>,
-    pub mcp_requests: Family<McpLabels, Counter>,
-    pub mcp_duration: HistogramFamily<McpMethodLabels>,
+    pub http_requests: Resolved<HttpLabels, Counter>,
+    pub http_duration: Resolved<HttpRouteLabels, Histogram>,
+    pub mcp_requests: Resolved<McpLabels, Counter>,
+    pub mcp_duration: Resolved<McpMethodLabels, Histogram>,
     pub cache_lookups: Family<ResultLabels, Counter>,
     pub rate_limited: Family<ScopeLabels, Counter>,
     pub limit_refused: Family<LimitLabels, Counter>,
@@ -200,10 +238,10 @@ impl Metrics {
     pub fn new() -> Self {
         let metrics = Self {
             registry: Mutex::new(Registry::with_prefix("hivegate")),
-            http_requests: Family::default(),
-            http_duration: HistogramFamily::new_with_constructor(latency_histogram),
-            mcp_requests: Family::default(),
-            mcp_duration: HistogramFamily::new_with_constructor(latency_histogram),
+            http_requests: Resolved::new(Family::default()),
+            http_duration: Resolved::new(HistogramFamily::new_with_constructor(latency_histogram)),
+            mcp_requests: Resolved::new(Family::default()),
+            mcp_duration: Resolved::new(HistogramFamily::new_with_constructor(latency_histogram)),
             cache_lookups: Family::default(),
             rate_limited: Family::default(),
             limit_refused: Family::default(),
@@ -217,22 +255,22 @@ impl Metrics {
             r.register(
                 "http_requests",
                 "HTTP requests answered, by route template, method and status",
-                metrics.http_requests.clone(),
+                metrics.http_requests.family().clone(),
             );
             r.register(
                 "http_request_duration_seconds",
                 "Time to answer an HTTP request (streams: until the stream starts)",
-                metrics.http_duration.clone(),
+                metrics.http_duration.family().clone(),
             );
             r.register(
                 "mcp_requests",
                 "MCP requests that passed authentication, by method, era and outcome",
-                metrics.mcp_requests.clone(),
+                metrics.mcp_requests.family().clone(),
             );
             r.register(
                 "mcp_request_duration_seconds",
                 "Time to answer an MCP request, by method and era",
-                metrics.mcp_duration.clone(),
+                metrics.mcp_duration.family().clone(),
             );
             r.register("cache_lookups", "Registry cache lookups, by result", metrics.cache_lookups.clone());
             r.register(

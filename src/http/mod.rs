@@ -176,9 +176,11 @@ async fn frame(
     span.in_scope(|| record_status(&response, latency, &span));
     let metrics = &state.metrics;
     let labels = HttpRouteLabels { route, method };
-    metrics.http_duration.get_or_create(&labels).observe(latency.as_secs_f64());
+    metrics.http_duration.with(&labels, |histogram| histogram.observe(latency.as_secs_f64()));
     let labels = HttpLabels { route: labels.route, method: labels.method, status: response.status().as_u16() };
-    metrics.http_requests.get_or_create(&labels).inc();
+    metrics.http_requests.with(&labels, |counter| {
+        counter.inc();
+    });
     if let Some(Refused(limit)) = response.extensions().get::<Refused>() {
         metrics.refused(*limit);
     }

@@ -186,10 +186,12 @@ where
     let is_ok = error_code.is_none() && response.status().is_success();
     let elapsed = started.elapsed();
     let labels = McpMethodLabels { method: trail.metric_method, era: trail.era };
-    state.metrics.mcp_duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
+    state.metrics.mcp_duration.with(&labels, |histogram| histogram.observe(elapsed.as_secs_f64()));
     let outcome = if is_ok { "ok" } else { "error" };
     let labels = McpLabels { method: labels.method, era: labels.era, outcome };
-    state.metrics.mcp_requests.get_or_create(&labels).inc();
+    state.metrics.mcp_requests.with(&labels, |counter| {
+        counter.inc();
+    });
     if !state.config.audit.mcp_requests {
         return response;
     }
