@@ -74,6 +74,6 @@ pub mod telemetry;
 pub mod tls;
 
 /// The concurrent map of the state looked up on every request (keys, sessions, rate-limit buckets, failed
-/// authentications, the registry cache), hashed with foldhash rather than std's SipHash, which cost more than
+/// authentications, the registry cache, metrics), hashed with foldhash rather than std's SipHash, which cost more than
 /// the lookups themselves. Its keys may come from clients (addresses, URIs): foldhash's seed is per process.
 pub(crate) type FastMap<K, V> = dashmap::DashMap<K, V, foldhash::fast::RandomState>;

@@ -193,7 +193,7 @@ pub fn success(id: &RequestId, result: &Answer) -> Vec<u8> {
     const OPEN: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
     const RESULT: &[u8] = br#","result":"#;
     let id = id.as_raw().get().as_bytes();
-    // Sized once: a list's page is copied into the answer and nowhere else.
+    // Sized once: a list's page or a read's contents are copied into the answer and nowhere else.
     let mut body = Vec::with_capacity(OPEN.len() + id.len() + RESULT.len() + result.json_len() + 1);
     body.extend_from_slice(OPEN);
     body.extend_from_slice(id);

@@ -35,8 +35,8 @@ pub(crate) trait McpMethod: Sized {
     async fn apply(self, ctx: &Context<'_>) -> Result<Self::Output, McpError>;
 }
 
-/// A method's output as the result's JSON: serialised, or already an [`Answer`] (a list's, whose page is
-/// written into the answer as the cache keeps it, with the cursor).
+/// A method's output as the result's JSON: serialised, or already an [`Answer`] (a list's or a read's, whose
+/// cached items are written into the answer as the cache keeps them).
 pub(crate) trait IntoAnswer {
     fn into_answer(self) -> serde_json::Result<Answer>;
 }
