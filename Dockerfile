@@ -47,13 +47,10 @@ COPY config/hivegate.toml /etc/hivegate/hivegate.toml
 WORKDIR /var/lib/hivegate
 # Numeric, so that Kubernetes' runAsNonRoot can check it.
 USER 10001:10001
-# The allocator (mimalloc) commits memory only when used, from its first arena on, so that idle connections
-# and SSE streams cost about what they hold (see src/main.rs).
 ENV HIVEGATE_CONFIG=/etc/hivegate/hivegate.toml \
     HIVEGATE_LISTEN=0.0.0.0:8080 \
     HIVEGATE_DATABASE_URL=sqlite:///var/lib/hivegate/hivegate.db?mode=rwc \
-    HIVEGATE_LOG__FORMAT=json \
-    MIMALLOC_ARENA_EAGER_COMMIT=0
+    HIVEGATE_LOG__FORMAT=json
 EXPOSE 8080
 # `hivegate healthcheck` asks this instance's /readyz (on loopback when listening on 0.0.0.0), so the image
 # needs no curl. The start period covers the database start-up retries.

@@ -12,7 +12,7 @@ use hivegate::config::Config;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// mimalloc's options by their index in `mi_option_t` (mimalloc v3, as `libmimalloc-sys` 0.1.49 builds it;
-/// the crate exports no constants for these two). A test checks that each index still holds the option's
+/// the crate exports no constants for these). A test checks that each index still holds the option's
 /// default.
 mod allocator {
     use std::time::Duration;
@@ -23,14 +23,20 @@ mod allocator {
     pub const ARENA_EAGER_COMMIT: mi_option_t = 4;
     /// How long freed memory waits before it is returned to the system, in milliseconds (default 1000).
     pub const PURGE_DELAY: mi_option_t = 15;
+    /// Whether mimalloc asks for transparent huge pages (default 1).
+    pub const ALLOW_THP: mi_option_t = 43;
 
     /// How often the purger returns the freed memory whose delay has passed.
     const PURGE_EVERY: Duration = Duration::from_millis(250);
 
-    /// Arenas made from now on commit memory only when it is used, so that idle connections and streams cost
-    /// about what they hold. The arena mimalloc made before `main` keeps its eager commit; the environment
-    /// variable `MIMALLOC_ARENA_EAGER_COMMIT=0`, which the container image sets, reaches that one too. An
-    /// option the environment sets keeps the environment's value, which mimalloc has already read.
+    /// No transparent huge pages, and arenas made from now on commit memory only when it is used, so that
+    /// idle connections and streams cost about what they hold. mimalloc asks the kernel for huge pages on its
+    /// arenas, and a 2 MiB page is resident as a whole once any of it is written: with them, the memory of
+    /// an idle SSE stream doubled (about 40 KiB instead of 20, bench/README.md), and the request path ran no
+    /// faster without them. The arena mimalloc made before `main` has asked for huge pages already, so the
+    /// process turns them off for itself (`PR_SET_THP_DISABLE`, what `MIMALLOC_ALLOW_THP=0` does when
+    /// mimalloc starts), which holds for the memory it has mapped too. An option the environment sets keeps
+    /// the environment's value, which mimalloc has already read (and acted on).
     ///
     /// Freed memory keeps mimalloc's delay (1 s) before it goes back to the system: under load most of it is
     /// used again within that second, and returning it at once (`MIMALLOC_PURGE_DELAY=0`) cost W1 about
@@ -45,6 +51,12 @@ mod allocator {
                 // makes an arena or purges memory, so setting them while it is in use is allowed.
                 unsafe { mi_option_set(option, value) };
             }
+        }
+        #[cfg(target_os = "linux")]
+        if !set_by_environment(OPTIONS[2].2) {
+            // SAFETY: PR_SET_THP_DISABLE takes an integer flag and no pointers; it sets a flag of the process.
+            // It fails only on kernels older than 3.15, which then keep huge pages as they were.
+            let _ = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
         }
     }
 
@@ -65,9 +77,10 @@ mod allocator {
 
     /// Each option with the value hivegate gives it (`None`: mimalloc's default) and the environment
     /// variables mimalloc reads it from (its name and its older name; mimalloc ignores their case).
-    const OPTIONS: [(mi_option_t, Option<std::ffi::c_long>, &[&str]); 2] = [
+    const OPTIONS: [(mi_option_t, Option<std::ffi::c_long>, &[&str]); 3] = [
         (ARENA_EAGER_COMMIT, Some(0), &["MIMALLOC_ARENA_EAGER_COMMIT", "MIMALLOC_EAGER_REGION_COMMIT"]),
         (PURGE_DELAY, None, &["MIMALLOC_PURGE_DELAY", "MIMALLOC_RESET_DELAY"]),
+        (ALLOW_THP, Some(0), &["MIMALLOC_ALLOW_THP"]),
     ];
 
     fn set_by_environment(names: &[&str]) -> bool {
@@ -84,7 +97,7 @@ mod allocator {
         #[test]
         fn the_option_indexes_name_the_options_meant() {
             // mimalloc's defaults (its src/options.c), unless the environment sets the option.
-            for ((option, _, names), default) in OPTIONS.into_iter().zip([2, 1000]) {
+            for ((option, _, names), default) in OPTIONS.into_iter().zip([2, 1000, 1]) {
                 if !set_by_environment(names) {
                     // SAFETY: reading an option has no precondition.
                     assert_eq!(unsafe { mi_option_get(option) }, default, "{}", names[0]);

@@ -19,6 +19,29 @@ fn generated_tokens(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// The serving process has transparent huge pages off (src/main.rs, `allocator::configure`): with them, a
+/// 2 MiB page of mimalloc's first arena is resident as a whole once any of it is written. The environment
+/// can choose otherwise (`MIMALLOC_ALLOW_THP`), as mimalloc documents.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_runs_without_transparent_huge_pages() {
+    let thp_enabled = |pid: u32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("THP_enabled:"))
+            .expect("THP_enabled in status")
+            .trim()
+            .to_owned()
+    };
+    let db = TestDatabase::new(Backend::Sqlite).await;
+    let off = HivegateProcess::start(db.url(), Some(OPERATOR_TOKEN)).await;
+    assert_eq!(thp_enabled(off.pid()), "0", "{}", off.logs());
+    let db = TestDatabase::new(Backend::Sqlite).await;
+    let chosen = HivegateProcess::start_with_env(db.url(), Some(OPERATOR_TOKEN), &[("MIMALLOC_ALLOW_THP", "1")]).await;
+    assert_eq!(thp_enabled(chosen.pid()), "1", "{}", chosen.logs());
+}
+
 async fn the_operator_token_rotates(backend: Backend) {
     let db = TestDatabase::new(backend).await;
     // Waiting for the new token means failing with it a few times: no blocking for that here.
