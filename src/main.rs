@@ -33,10 +33,11 @@ mod allocator {
     /// idle connections and streams cost about what they hold. mimalloc asks the kernel for huge pages on its
     /// arenas, and a 2 MiB page is resident as a whole once any of it is written: with them, the memory of
     /// an idle SSE stream doubled (about 40 KiB instead of 20, bench/README.md), and the request path ran no
-    /// faster without them. The arena mimalloc made before `main` has asked for huge pages already, so the
+    /// faster with them. The arena mimalloc made before `main` has asked for huge pages already, so the
     /// process turns them off for itself (`PR_SET_THP_DISABLE`, what `MIMALLOC_ALLOW_THP=0` does when
-    /// mimalloc starts), which holds for the memory it has mapped too. An option the environment sets keeps
-    /// the environment's value, which mimalloc has already read (and acted on).
+    /// mimalloc starts): from then on no page becomes huge, in the memory already mapped too (the few made
+    /// before `main` stay). An option the environment sets keeps the environment's value, which mimalloc has
+    /// already read (and acted on).
     ///
     /// Freed memory keeps mimalloc's delay (1 s) before it goes back to the system: under load most of it is
     /// used again within that second, and returning it at once (`MIMALLOC_PURGE_DELAY=0`) cost W1 about
@@ -53,10 +54,12 @@ mod allocator {
             }
         }
         #[cfg(target_os = "linux")]
-        if !set_by_environment(OPTIONS[2].2) {
-            // SAFETY: PR_SET_THP_DISABLE takes an integer flag and no pointers; it sets a flag of the process.
-            // It fails only on kernels older than 3.15, which then keep huge pages as they were.
-            let _ = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+        if !set_by_environment(ALLOW_THP_VARIABLES) {
+            let (off, unused): (libc::c_ulong, libc::c_ulong) = (1, 0);
+            // SAFETY: PR_SET_THP_DISABLE reads its flag and the unused arguments as unsigned longs, as passed,
+            // and no pointers; it sets a flag of the process. Where it fails (kernels before 3.15, a seccomp
+            // filter) huge pages stay as they were, which costs memory, not correctness.
+            let _ = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, off, unused, unused, unused) };
         }
     }
 
@@ -80,8 +83,11 @@ mod allocator {
     const OPTIONS: [(mi_option_t, Option<std::ffi::c_long>, &[&str]); 3] = [
         (ARENA_EAGER_COMMIT, Some(0), &["MIMALLOC_ARENA_EAGER_COMMIT", "MIMALLOC_EAGER_REGION_COMMIT"]),
         (PURGE_DELAY, None, &["MIMALLOC_PURGE_DELAY", "MIMALLOC_RESET_DELAY"]),
-        (ALLOW_THP, Some(0), &["MIMALLOC_ALLOW_THP"]),
+        (ALLOW_THP, Some(0), ALLOW_THP_VARIABLES),
     ];
+
+    /// The environment variable that chooses [`ALLOW_THP`] (it has no older name).
+    const ALLOW_THP_VARIABLES: &[&str] = &["MIMALLOC_ALLOW_THP"];
 
     fn set_by_environment(names: &[&str]) -> bool {
         std::env::vars_os()
