@@ -21,7 +21,8 @@ fn generated_tokens(text: &str) -> Vec<String> {
 
 /// The serving process has transparent huge pages off (src/main.rs, `allocator::configure`): with them, a
 /// 2 MiB page of mimalloc's first arena is resident as a whole once any of it is written. The environment
-/// can choose otherwise (`MIMALLOC_ALLOW_THP`), as mimalloc documents.
+/// can choose otherwise (`MIMALLOC_ALLOW_THP`), as mimalloc documents. On SQLite only: the setting belongs
+/// to the process, whatever its database.
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_runs_without_transparent_huge_pages() {
