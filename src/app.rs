@@ -119,7 +119,12 @@ impl Application {
             }
             None => None,
         };
+        let renders = Arc::new(crate::mcp::render_gate::RenderGate::new(
+            config.limits.max_renders_per_agent,
+            config.limits.max_renders,
+        ));
         let state = AppState::new(Shared {
+            renders,
             config: Arc::new(config),
             store,
             bus,

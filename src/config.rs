@@ -167,9 +167,11 @@ pub struct LimitsConfig {
     pub max_templates_per_agent: u64,
     /// Prompts one agent may hold (0: unlimited).
     pub max_prompts_per_agent: u64,
-    /// Content bytes of one agent's resources together (0: unlimited).
+    /// Stored bytes of one agent together (0: unlimited): every field of its resources (content, URI, name,
+    /// title, description, MIME type, annotations, `_meta`), templates and prompts, and its own name and
+    /// description.
     pub max_agent_bytes: u64,
-    /// Content bytes of every agent's resources together (0: unlimited).
+    /// Stored bytes of every agent together, counted as for `max_agent_bytes` (0: unlimited).
     pub max_total_bytes: u64,
 
     /// How deeply arrays and objects may nest in a request body (MCP and admin): 1 to [`MAX_JSON_DEPTH`].
@@ -179,6 +181,38 @@ pub struct LimitsConfig {
     pub max_header_bytes: usize,
     /// Bytes of a request's target (path and query; 414 beyond).
     pub max_uri_bytes: usize,
+
+    /// Bytes of a `name` (resource, template, prompt argument, agent, key; 413 beyond, as for every field
+    /// limit below).
+    pub max_name_bytes: usize,
+    /// Bytes of a `title`.
+    pub max_title_bytes: usize,
+    /// Bytes of a `description` (an agent's is every modern answer's `instructions`).
+    pub max_description_bytes: usize,
+    /// Bytes of a `mimeType`.
+    pub max_mime_type_bytes: usize,
+    /// Bytes of a `_meta` object, as compact JSON.
+    pub max_meta_bytes: usize,
+    /// Bytes of an `annotations` object, as compact JSON.
+    pub max_annotations_bytes: usize,
+    /// Bytes of a resource template's `uriTemplate`.
+    pub max_uri_template_bytes: usize,
+    /// Bytes of one MiniJinja source: a resource template's `text`, a templated field of a prompt message.
+    pub max_template_text_bytes: usize,
+    /// Bytes of a prompt's `arguments` and `messages` together, as compact JSON.
+    pub max_prompt_bytes: usize,
+    /// Bytes of one prompt argument's `completions`, as compact JSON.
+    pub max_completions_bytes: usize,
+    /// Arguments one prompt may declare.
+    pub max_prompt_arguments: usize,
+    /// Bytes of the items of one list page (MCP and admin): a page that would grow past it ends early, with
+    /// a cursor; it always holds at least one item.
+    pub max_page_bytes: usize,
+    /// Renders that leave the request's task (those past the quick fuel, on the blocking pool) one agent may
+    /// run at once; its others wait for a turn, so that it cannot take every core from the other agents.
+    pub max_renders_per_agent: usize,
+    /// Such renders all agents may run at once (default: the number of CPUs).
+    pub max_renders: usize,
 }
 
 impl Default for LimitsConfig {
@@ -195,6 +229,21 @@ impl Default for LimitsConfig {
             max_json_depth: 64,
             max_header_bytes: 32 * 1024,
             max_uri_bytes: 8 * 1024,
+
+            max_name_bytes: 1024,
+            max_title_bytes: 1024,
+            max_description_bytes: 16 * 1024,
+            max_mime_type_bytes: 256,
+            max_meta_bytes: 16 * 1024,
+            max_annotations_bytes: 1024,
+            max_uri_template_bytes: 2048,
+            max_template_text_bytes: 64 * 1024,
+            max_prompt_bytes: 256 * 1024,
+            max_completions_bytes: 64 * 1024,
+            max_prompt_arguments: 64,
+            max_page_bytes: 1024 * 1024,
+            max_renders_per_agent: 1,
+            max_renders: std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
         }
     }
 }
@@ -207,6 +256,23 @@ pub const MAX_TEMPLATES_PER_AGENT: u64 = 1_000;
 pub const MAX_JSON_DEPTH: usize = 127;
 
 impl LimitsConfig {
+    /// The size limit of each field a key can write.
+    pub fn fields(&self) -> crate::domain::limits::FieldLimits {
+        crate::domain::limits::FieldLimits {
+            name: self.max_name_bytes,
+            title: self.max_title_bytes,
+            description: self.max_description_bytes,
+            mime_type: self.max_mime_type_bytes,
+            meta: self.max_meta_bytes,
+            annotations: self.max_annotations_bytes,
+            uri_template: self.max_uri_template_bytes,
+            template_text: self.max_template_text_bytes,
+            prompt: self.max_prompt_bytes,
+            completions: self.max_completions_bytes,
+            prompt_arguments: self.max_prompt_arguments,
+        }
+    }
+
     /// The quotas the store enforces.
     pub fn quotas(&self) -> crate::store::Quotas {
         crate::store::Quotas {
@@ -652,7 +718,7 @@ impl Config {
                 message: format!("must be between 1 and {MAX_JSON_DEPTH}"),
             });
         }
-        let positive: [(&'static str, u64); 22] = [
+        let positive: [(&'static str, u64); 36] = [
             ("audit.queue_capacity", self.audit.queue_capacity as u64),
             ("audit.batch_size", self.audit.batch_size as u64),
             ("audit.flush_interval_ms", self.audit.flush_interval_ms),
@@ -666,6 +732,20 @@ impl Config {
             ("limits.max_resource_bytes", self.limits.max_resource_bytes as u64),
             ("limits.max_header_bytes", self.limits.max_header_bytes as u64),
             ("limits.max_uri_bytes", self.limits.max_uri_bytes as u64),
+            ("limits.max_name_bytes", self.limits.max_name_bytes as u64),
+            ("limits.max_title_bytes", self.limits.max_title_bytes as u64),
+            ("limits.max_description_bytes", self.limits.max_description_bytes as u64),
+            ("limits.max_mime_type_bytes", self.limits.max_mime_type_bytes as u64),
+            ("limits.max_meta_bytes", self.limits.max_meta_bytes as u64),
+            ("limits.max_annotations_bytes", self.limits.max_annotations_bytes as u64),
+            ("limits.max_uri_template_bytes", self.limits.max_uri_template_bytes as u64),
+            ("limits.max_template_text_bytes", self.limits.max_template_text_bytes as u64),
+            ("limits.max_prompt_bytes", self.limits.max_prompt_bytes as u64),
+            ("limits.max_completions_bytes", self.limits.max_completions_bytes as u64),
+            ("limits.max_prompt_arguments", self.limits.max_prompt_arguments as u64),
+            ("limits.max_page_bytes", self.limits.max_page_bytes as u64),
+            ("limits.max_renders_per_agent", self.limits.max_renders_per_agent as u64),
+            ("limits.max_renders", self.limits.max_renders as u64),
             ("events.retention_secs", self.events.retention_secs),
             ("events.retention_count", self.events.retention_count),
             ("events.prune_interval_ms", self.events.prune_interval_ms),

@@ -189,6 +189,12 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl From<crate::domain::limits::TooLarge> for ApiError {
+    fn from(error: crate::domain::limits::TooLarge) -> Self {
+        ApiError::limited(Limit::Field, ApiError::PayloadTooLarge(error.to_string()))
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {

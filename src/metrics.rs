@@ -123,6 +123,8 @@ pub enum Limit {
     Subscriptions,
     /// The messages of one JSON-RPC batch, or the items of one admin batch.
     Batch,
+    /// The size of a field a key writes (`limits.max_*_bytes`, `limits.max_prompt_arguments`; 413).
+    Field,
 }
 
 impl Limit {
@@ -139,6 +141,7 @@ impl Limit {
             Limit::Streams => "streams",
             Limit::Subscriptions => "subscriptions",
             Limit::Batch => "batch",
+            Limit::Field => "field",
         }
     }
 }

@@ -59,4 +59,6 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// This replica's rate limiters.
     pub guard: Arc<Guard>,
+    /// Turns for the renders and compiles that run on the blocking pool, so one agent queues behind itself.
+    pub renders: Arc<crate::mcp::render_gate::RenderGate>,
 }

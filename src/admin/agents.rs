@@ -10,6 +10,7 @@ use super::access::{ManagedAgent, OperatorAccess};
 use super::extract::{JsonBody, present};
 use super::page::{Page, PageQuery};
 use crate::domain::AgentId;
+use crate::domain::limits::{Field, FieldLimits};
 use crate::domain::model::{Agent, AgentPatch, NewAgent, RateLimit, RateLimitPatch};
 use crate::error::{ApiError, Problem};
 use crate::registry::cursor::ListKind;
@@ -133,8 +134,10 @@ fn check_cache_ttl(ttl: u64) -> Result<(), ApiError> {
 }
 
 impl CreateAgent {
-    fn into_new(self) -> Result<NewAgent, ApiError> {
+    fn into_new(self, limits: &FieldLimits) -> Result<NewAgent, ApiError> {
         let id = AgentId::parse(&self.id)?;
+        limits.text(Field::Name, "name", Some(&self.name))?;
+        limits.text(Field::Description, "description", self.description.as_deref())?;
         check_name(&self.name)?;
         self.rate_limit.as_ref().map(check_rate_limit).transpose()?;
         self.cache_ttl_ms.map(check_cache_ttl).transpose()?;
@@ -151,10 +154,14 @@ impl CreateAgent {
 }
 
 impl PatchAgent {
-    fn into_patch(self) -> Result<AgentPatch, ApiError> {
+    fn into_patch(self, limits: &FieldLimits) -> Result<AgentPatch, ApiError> {
+        if let Some(Some(description)) = &self.description {
+            limits.text(Field::Description, "description", Some(description))?;
+        }
         let name = match self.name {
             Some(None) => return Err(ApiError::Unprocessable("name cannot be null".to_owned())),
             Some(Some(name)) => {
+                limits.text(Field::Name, "name", Some(&name))?;
                 check_name(&name)?;
                 Some(name)
             }
@@ -195,7 +202,7 @@ pub async fn create(
     access: OperatorAccess,
     JsonBody(body): JsonBody<CreateAgent>,
 ) -> Result<Response, ApiError> {
-    let new = body.into_new()?;
+    let new = body.into_new(&state.config.limits.fields())?;
     let agent = state.store.create_agent(&new, &access.actor).await.map_err(|error| match error {
         StoreError::Conflict => ApiError::Conflict(format!("agent {:?} already exists", new.id.as_str())),
         other => other.into(),
@@ -218,7 +225,7 @@ pub async fn list(
 ) -> Result<Json<Page<Agent>>, ApiError> {
     let after = page.after(&state.cursors, ListKind::Agents, "")?;
     let rows = state.store.list_agents(after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Agents, "", |a| a.id.to_string())))
+    Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Agents, "", |a| a.id.to_string())))
 }
 
 /// Read an agent.
@@ -244,7 +251,7 @@ pub async fn patch(
     access: ManagedAgent,
     JsonBody(body): JsonBody<PatchAgent>,
 ) -> Result<Json<Agent>, ApiError> {
-    let patch = body.into_patch()?;
+    let patch = body.into_patch(&state.config.limits.fields())?;
     let agent = state.store.update_agent(&access.agent.id, &patch, &access.actor).await.map_err(agent_missing)?;
     Ok(Json(agent))
 }
@@ -278,14 +285,14 @@ mod tests {
     fn patch(json: &str) -> Result<AgentPatch, StatusCode> {
         parse_json(json.as_bytes())
             .and_then(|v| from_value::<PatchAgent>(v, ""))
-            .and_then(PatchAgent::into_patch)
+            .and_then(|body| body.into_patch(&crate::config::LimitsConfig::default().fields()))
             .map_err(|e| e.status())
     }
 
     fn create(json: &str) -> Result<NewAgent, StatusCode> {
         parse_json(json.as_bytes())
             .and_then(|v| from_value::<CreateAgent>(v, ""))
-            .and_then(CreateAgent::into_new)
+            .and_then(|body| body.into_new(&crate::config::LimitsConfig::default().fields()))
             .map_err(|e| e.status())
     }
 

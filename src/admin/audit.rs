@@ -81,9 +81,7 @@ pub async fn list(
         None => None,
     };
     let rows = state.store.list_audit(&filter, after.as_ref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Audit, scope, |record| {
-        AuditPosition::of(record).to_key()
-    })))
+    Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Audit, scope, |record| AuditPosition::of(record).to_key())))
 }
 
 /// Records per database query while exporting.

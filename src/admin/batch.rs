@@ -15,6 +15,7 @@ use super::access::RegistryAccess;
 use super::extract::{JsonBody, from_value};
 use super::resources::{ResourceBody, agent_gone};
 use crate::domain::ResourceUri;
+use crate::domain::limits::FieldLimits;
 use crate::domain::model::{NewResource, Resource};
 use crate::error::{ApiError, Problem};
 use crate::metrics::Limit;
@@ -47,7 +48,11 @@ pub struct BatchResult {
 
 impl BatchBody {
     /// Every item validated, URIs unique across the batch.
-    fn check(self, max_resource_bytes: usize) -> Result<(Vec<NewResource>, Vec<ResourceUri>), ApiError> {
+    fn check(
+        self,
+        max_resource_bytes: usize,
+        limits: &FieldLimits,
+    ) -> Result<(Vec<NewResource>, Vec<ResourceUri>), ApiError> {
         let items = self.upsert.len() + self.delete.len();
         if items > MAX_BATCH_ITEMS {
             return Err(ApiError::limited(
@@ -60,7 +65,7 @@ impl BatchBody {
         for (index, item) in self.upsert.into_iter().enumerate() {
             let at = format!("upsert[{index}]: ");
             let body: ResourceBody = from_value(item, &at)?;
-            let resource = body.into_new(max_resource_bytes).map_err(|error| error.at(&at))?;
+            let resource = body.into_new(max_resource_bytes, limits).map_err(|error| error.at(&at))?;
             if !seen.insert(resource.uri.clone()) {
                 return Err(ApiError::Unprocessable(format!("{at}{} appears more than once", resource.uri)));
             }
@@ -92,7 +97,7 @@ pub async fn batch(
     access: RegistryAccess,
     JsonBody(body): JsonBody<BatchBody>,
 ) -> Result<Json<BatchResult>, ApiError> {
-    let (upserts, deletes) = body.check(state.config.limits.max_resource_bytes)?;
+    let (upserts, deletes) = body.check(state.config.limits.max_resource_bytes, &state.config.limits.fields())?;
     tracing::Span::current().record("upserts", upserts.len()).record("deletes", deletes.len());
     if upserts.is_empty() && deletes.is_empty() {
         return Ok(Json(BatchResult { upserted: Vec::new(), deleted: Vec::new() }));
@@ -121,7 +126,7 @@ mod tests {
     fn check(json: &str) -> Result<(usize, usize), (StatusCode, String)> {
         parse_json(json.as_bytes())
             .and_then(|v| from_value::<BatchBody>(v, ""))
-            .and_then(|body| body.check(1024))
+            .and_then(|body| body.check(1024, &crate::config::LimitsConfig::default().fields()))
             .map(|(u, d)| (u.len(), d.len()))
             .map_err(|e| (e.status(), e.to_string()))
     }

@@ -13,6 +13,7 @@ use super::access::ManagedAgent;
 use super::agents::{RateLimitBody, check_rate_limit};
 use super::extract::{JsonBody, PathParams, present};
 use super::page::{Page, PageQuery};
+use crate::domain::limits::Field;
 use crate::domain::model::{KeyPatch, KeyRecord, NewKey, RateLimit};
 use crate::domain::time::Timestamp;
 use crate::domain::{ApiKey, Scope};
@@ -125,6 +126,7 @@ pub async fn create(
     JsonBody(body): JsonBody<CreateKey>,
 ) -> Result<Response, ApiError> {
     let (scopes, expires_at) = body.check(Timestamp::now())?;
+    state.config.limits.fields().text(Field::Name, "name", body.name.as_deref())?;
     let key = ApiKey::generate();
     let new = NewKey {
         id: uuid::Uuid::now_v7().to_string(),
@@ -172,7 +174,7 @@ pub async fn list(
     let agent = &access.agent.id;
     let after = page.after(&state.cursors, ListKind::Keys, agent.as_str())?;
     let rows = state.store.list_keys(agent, after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Keys, agent.as_str(), |k| k.id.clone())))
+    Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Keys, agent.as_str(), |k| k.id.clone())))
 }
 
 /// Change a key's name or own rate limit (JSON merge-patch); applies from its next request on every replica.
@@ -190,6 +192,9 @@ pub async fn patch(
     JsonBody(body): JsonBody<PatchKey>,
 ) -> Result<Json<KeyRecord>, ApiError> {
     let key_id = path.get("key_id")?;
+    if let Some(Some(name)) = &body.name {
+        state.config.limits.fields().text(Field::Name, "name", Some(name))?;
+    }
     let patch = body.into_patch()?;
     let record = state.store.update_key(&access.agent.id, key_id, &patch, &access.actor).await;
     let record = record.map_err(|error| key_missing(error, key_id))?;

@@ -11,6 +11,7 @@ use serde::Serialize;
 use super::extract::QueryParams;
 use crate::error::ApiError;
 use crate::registry::cursor::{CursorCodec, ListKind};
+use crate::state::AppState;
 
 pub const DEFAULT_LIMIT: u32 = 100;
 pub const MAX_LIMIT: u32 = 1000;
@@ -70,18 +71,42 @@ pub struct Page<T> {
     pub next_cursor: Option<String>,
 }
 
-impl<T> Page<T> {
+impl<T: Serialize> Page<T> {
     /// The page for `rows` fetched with [`PageQuery::fetch_limit`]; `sort_key` gives the key the next
-    /// page resumes after.
+    /// page resumes after. The page ends early where the next row would take its items past
+    /// `limits.max_page_bytes` of JSON.
     pub fn from_rows(
-        mut rows: Vec<T>,
+        rows: Vec<T>,
         query: &PageQuery,
-        codec: &CursorCodec,
+        state: &AppState,
         kind: ListKind,
         agent: &str,
         sort_key: impl Fn(&T) -> String,
     ) -> Self {
-        let limit = query.limit as usize;
+        Self::bounded(rows, query, &state.cursors, state.config.limits.max_page_bytes, kind, agent, sort_key)
+    }
+
+    /// [`Page::from_rows`] with the codec and the byte bound given (a page holds at least one row, which
+    /// the field limits bound).
+    fn bounded(
+        mut rows: Vec<T>,
+        query: &PageQuery,
+        codec: &CursorCodec,
+        max_bytes: usize,
+        kind: ListKind,
+        agent: &str,
+        sort_key: impl Fn(&T) -> String,
+    ) -> Self {
+        let mut limit = query.limit as usize;
+        // The brackets, then each row and its comma.
+        let mut bytes = 2;
+        for (index, row) in rows.iter().enumerate().take(limit) {
+            bytes += crate::domain::limits::json_len(row) + usize::from(index > 0);
+            if index > 0 && bytes > max_bytes {
+                limit = index;
+                break;
+            }
+        }
         let next_cursor = if rows.len() > limit {
             rows.truncate(limit);
             rows.last().map(|last| codec.encode(kind, agent, &sort_key(last)))
@@ -118,11 +143,12 @@ mod tests {
     fn pages_carry_a_cursor_only_when_more_follow() {
         let codec = CursorCodec::new([1; 32]);
         let q = query(&[("limit", "2")]).expect("valid");
-        let page = Page::from_rows(vec!["a", "b", "c"], &q, &codec, ListKind::Prompts, "bot", |s| s.to_string());
+        let page =
+            Page::bounded(vec!["a", "b", "c"], &q, &codec, usize::MAX, ListKind::Prompts, "bot", |s| s.to_string());
         assert_eq!(page.items, ["a", "b"]);
         let cursor = page.next_cursor.expect("more follow");
         assert_eq!(codec.decode(ListKind::Prompts, "bot", &cursor), Ok(Some("b".to_owned())));
-        let last = Page::from_rows(vec!["c"], &q, &codec, ListKind::Prompts, "bot", |s| s.to_string());
+        let last = Page::bounded(vec!["c"], &q, &codec, usize::MAX, ListKind::Prompts, "bot", |s| s.to_string());
         assert_eq!(last.next_cursor, None);
         let json = serde_json::to_value(&last).expect("serialises");
         assert_eq!(json, serde_json::json!({"items": ["c"]}));

@@ -14,6 +14,7 @@ use super::extract::{JsonBody, PathParams};
 use super::page::{Page, PageQuery};
 use super::resources::{agent_gone, upsert_status};
 use crate::domain::PromptName;
+use crate::domain::limits::{Field, FieldLimits};
 use crate::domain::model::{NewPrompt, Prompt, PromptArgument, PromptMessage};
 use crate::domain::prompt;
 use crate::error::{ApiError, Problem};
@@ -33,7 +34,11 @@ pub struct PromptBody {
 }
 
 impl PromptBody {
-    fn into_new(self, name: PromptName) -> Result<NewPrompt, ApiError> {
+    fn into_new(self, name: PromptName, limits: &FieldLimits) -> Result<NewPrompt, ApiError> {
+        limits.text(Field::Title, "title", self.title.as_deref())?;
+        limits.text(Field::Description, "description", self.description.as_deref())?;
+        // Measured before the templates are compiled.
+        prompt::check_sizes(limits, &self.arguments, &self.messages)?;
         prompt::validate(&self.arguments, &self.messages).map_err(ApiError::Unprocessable)?;
         Ok(NewPrompt {
             name,
@@ -73,7 +78,7 @@ pub async fn put(
     JsonBody(body): JsonBody<PromptBody>,
 ) -> Result<Response, ApiError> {
     let name = PromptName::parse(path.get("name")?)?;
-    let new = body.into_new(name)?;
+    let new = body.into_new(name, &state.config.limits.fields())?;
     let upserted = state.store.put_prompt(&access.agent, &new, &access.actor).await.map_err(agent_gone)?;
     let status = upsert_status(upserted.created);
     if upserted.created {
@@ -99,7 +104,7 @@ pub async fn list(
     let agent = access.agent.as_str();
     let after = page.after(&state.cursors, ListKind::Prompts, agent)?;
     let rows = state.store.list_prompts(&access.agent, after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Prompts, agent, |p| p.name.to_string())))
+    Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Prompts, agent, |p| p.name.to_string())))
 }
 
 /// Read a prompt.
@@ -145,7 +150,7 @@ mod tests {
         let name = PromptName::parse("p").expect("valid name");
         parse_json(json.as_bytes())
             .and_then(|v| from_value::<PromptBody>(v, ""))
-            .and_then(|body| body.into_new(name))
+            .and_then(|body| body.into_new(name, &crate::config::LimitsConfig::default().fields()))
             .map_err(|e| e.status())
     }
 

@@ -17,6 +17,7 @@ use super::extract::{JsonBody, QueryParams};
 use super::page::{Page, PageQuery};
 use crate::domain::ResourceUri;
 use crate::domain::content::{validate_annotations, validate_base64, validate_meta};
+use crate::domain::limits::{Field, FieldLimits};
 use crate::domain::model::{Content, NewResource, Resource};
 use crate::error::{ApiError, Problem};
 use crate::metrics::Limit;
@@ -48,9 +49,16 @@ pub struct ResourceBody {
 }
 
 impl ResourceBody {
-    /// The validated resource; 422 for an invalid value, 413 for content over `max_bytes`.
-    pub fn into_new(self, max_bytes: usize) -> Result<NewResource, ApiError> {
+    /// The validated resource; 422 for an invalid value, 413 for content over `max_bytes` or a field over
+    /// its limit.
+    pub fn into_new(self, max_bytes: usize, limits: &FieldLimits) -> Result<NewResource, ApiError> {
         let invalid = ApiError::Unprocessable;
+        limits.text(Field::Name, "name", Some(&self.name))?;
+        limits.text(Field::Title, "title", self.title.as_deref())?;
+        limits.text(Field::Description, "description", self.description.as_deref())?;
+        limits.text(Field::MimeType, "mimeType", self.mime_type.as_deref())?;
+        limits.json(Field::Annotations, "annotations", self.annotations.as_ref())?;
+        limits.json(Field::Meta, "_meta", self.meta.as_ref())?;
         let uri = ResourceUri::parse(&self.uri)?;
         if self.name.trim().is_empty() {
             return Err(invalid("name must not be empty".to_owned()));
@@ -138,7 +146,7 @@ pub async fn put(
     access: RegistryAccess,
     JsonBody(body): JsonBody<ResourceBody>,
 ) -> Result<(StatusCode, Json<Resource>), ApiError> {
-    let resource = body.into_new(state.config.limits.max_resource_bytes)?;
+    let resource = body.into_new(state.config.limits.max_resource_bytes, &state.config.limits.fields())?;
     let upserted = state.store.put_resource(&access.agent, &resource, &access.actor).await.map_err(agent_gone)?;
     Ok((upsert_status(upserted.created), Json(upserted.item)))
 }
@@ -159,7 +167,7 @@ pub async fn list(
     let agent = access.agent.as_str();
     let after = page.after(&state.cursors, ListKind::Resources, agent)?;
     let rows = state.store.list_resources(&access.agent, after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Resources, agent, |r| r.uri.to_string())))
+    Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Resources, agent, |r| r.uri.to_string())))
 }
 
 /// Read a resource with its content.
@@ -223,7 +231,7 @@ mod tests {
     fn check(json: &str) -> Result<NewResource, StatusCode> {
         parse_json(json.as_bytes())
             .and_then(|v| from_value::<ResourceBody>(v, ""))
-            .and_then(|body| body.into_new(16))
+            .and_then(|body| body.into_new(16, &crate::config::LimitsConfig::default().fields()))
             .map_err(|e| e.status())
     }
 

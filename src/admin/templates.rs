@@ -16,6 +16,7 @@ use super::page::{Page, PageQuery};
 use super::resources::{agent_gone, check_mime_type, upsert_status};
 use crate::domain::UriTemplate;
 use crate::domain::content::validate_annotations;
+use crate::domain::limits::{Field, FieldLimits};
 use crate::domain::model::{NewResourceTemplate, ResourceTemplate};
 use crate::domain::render;
 use crate::error::{ApiError, Problem};
@@ -41,7 +42,15 @@ pub struct TemplateBody {
 }
 
 impl TemplateBody {
-    fn into_new(self) -> Result<NewResourceTemplate, ApiError> {
+    fn into_new(self, limits: &FieldLimits) -> Result<NewResourceTemplate, ApiError> {
+        limits.text(Field::UriTemplate, "uriTemplate", Some(&self.uri_template))?;
+        limits.text(Field::Name, "name", Some(&self.name))?;
+        limits.text(Field::Title, "title", self.title.as_deref())?;
+        limits.text(Field::Description, "description", self.description.as_deref())?;
+        limits.text(Field::MimeType, "mimeType", self.mime_type.as_deref())?;
+        limits.json(Field::Annotations, "annotations", self.annotations.as_ref())?;
+        // Measured before it is compiled: compiling costs time in proportion to the source.
+        limits.text(Field::TemplateText, "text", self.text.as_deref())?;
         let template = UriTemplate::parse(&self.uri_template)?;
         if self.name.trim().is_empty() {
             return Err(ApiError::Unprocessable("name must not be empty".to_owned()));
@@ -87,7 +96,7 @@ pub async fn put(
     access: RegistryAccess,
     JsonBody(body): JsonBody<TemplateBody>,
 ) -> Result<(StatusCode, Json<ResourceTemplate>), ApiError> {
-    let template = body.into_new()?;
+    let template = body.into_new(&state.config.limits.fields())?;
     let upserted = state.store.put_template(&access.agent, &template, &access.actor).await.map_err(agent_gone)?;
     Ok((upsert_status(upserted.created), Json(upserted.item)))
 }
@@ -108,7 +117,7 @@ pub async fn list(
     let agent = access.agent.as_str();
     let after = page.after(&state.cursors, ListKind::Templates, agent)?;
     let rows = state.store.list_templates(&access.agent, after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state.cursors, ListKind::Templates, agent, |t| t.uri_template.clone())))
+    Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Templates, agent, |t| t.uri_template.clone())))
 }
 
 /// Delete a resource template.
@@ -139,7 +148,7 @@ mod tests {
     fn check(json: &str) -> Result<NewResourceTemplate, StatusCode> {
         parse_json(json.as_bytes())
             .and_then(|v| from_value::<TemplateBody>(v, ""))
-            .and_then(TemplateBody::into_new)
+            .and_then(|body| body.into_new(&crate::config::LimitsConfig::default().fields()))
             .map_err(|e| e.status())
     }
 

@@ -8,6 +8,8 @@ pub mod content;
 pub mod id;
 /// API keys, their digests and scopes.
 pub mod key;
+/// The size limit of every field a key can write.
+pub mod limits;
 /// The registry's records as the store keeps them and the admin API shows them.
 pub mod model;
 /// Prompt checks at write time and message rendering for `prompts/get`.

@@ -3,8 +3,39 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::content;
+use super::limits::{Field, FieldLimits, TooLarge, json_len};
 use super::model::{PromptArgument, PromptMessage};
 use super::render::{Budget, Compiled};
+
+/// Checks the size of every field of a prompt's arguments and messages, and how many arguments it declares,
+/// before anything compiles its templates.
+pub fn check_sizes(
+    limits: &FieldLimits,
+    arguments: &[PromptArgument],
+    messages: &[PromptMessage],
+) -> Result<(), TooLarge> {
+    if arguments.len() > limits.prompt_arguments {
+        return Err(TooLarge {
+            path: "arguments".to_owned(),
+            size: arguments.len(),
+            limit: limits.prompt_arguments,
+            key: "max_prompt_arguments",
+        });
+    }
+    for (index, argument) in arguments.iter().enumerate() {
+        limits.text(Field::Name, &format!("arguments[{index}].name"), Some(&argument.name))?;
+        limits.text(Field::Title, &format!("arguments[{index}].title"), argument.title.as_deref())?;
+        limits.text(Field::Description, &format!("arguments[{index}].description"), argument.description.as_deref())?;
+        limits.json(Field::Completions, &format!("arguments[{index}].completions"), argument.completions.as_ref())?;
+    }
+    for (index, message) in messages.iter().enumerate() {
+        for source in content::template_sources(&message.content) {
+            limits.text(Field::TemplateText, &format!("messages[{index}].content"), Some(source))?;
+        }
+    }
+    let size = json_len(arguments) + json_len(messages);
+    limits.size(Field::Prompt, "arguments and messages", size)
+}
 
 /// Checks a prompt's arguments and messages; the error names the offending item, e.g.
 /// `messages[1].content.text does not compile: ...`.

@@ -48,6 +48,8 @@ pub mod listen;
 pub mod methods;
 /// DNS-rebinding protection: `Host` and `Origin` allow-lists.
 pub mod origin;
+/// Turns for the renders that leave the request's task, per agent and for the gateway.
+pub mod render_gate;
 /// Legacy sessions: issued by `initialize`, resolved per request, ended by `DELETE` or idleness.
 pub mod session;
 /// The span of one MCP message and the trace context of its `_meta`.

@@ -46,8 +46,10 @@ pub enum Key {
     Content(String),
     /// One prompt with its arguments and messages, or its absence.
     Prompt(String),
-    /// The agent's resource templates (for template reads).
+    /// The agent's resource templates (for template reads), without their texts.
     Templates,
+    /// One template's text, compiled, or its absence.
+    TemplateText(String),
 }
 
 /// A loaded value and its estimated size; `None` means "serve it, don't keep it".

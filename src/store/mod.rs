@@ -204,6 +204,7 @@ pub trait Store: Send + Sync + 'static {
     /// Ordered by `uri_template` (bytewise).
     async fn list_templates(&self, agent: &AgentId, after: After<'_>, limit: u32)
     -> StoreResult<Vec<ResourceTemplate>>;
+    async fn get_template(&self, agent: &AgentId, uri_template: &str) -> StoreResult<Option<ResourceTemplate>>;
     async fn delete_template(&self, agent: &AgentId, uri_template: &str, actor: &Actor) -> StoreResult<()>;
 
     async fn put_prompt(&self, agent: &AgentId, prompt: &NewPrompt, actor: &Actor) -> StoreResult<Upserted<Prompt>>;

@@ -250,6 +250,32 @@ pub(super) fn classify_migration(
     }
 }
 
+/// The bytes stored for the agents a `filter` (`where agent_id = $1`, or nothing for every agent) selects,
+/// as one `bigint`: every column a key writes, of their resources (the content counted by its `size`),
+/// templates and prompts, and of the agents themselves. The byte quotas count these.
+macro_rules! stored_bytes {
+    ($filter:literal) => {
+        concat!(
+            "select cast(",
+            "coalesce((select sum(size + octet_length(uri) + octet_length(name) + coalesce(octet_length(title), 0) \
+             + coalesce(octet_length(description), 0) + coalesce(octet_length(mime_type), 0) \
+             + coalesce(octet_length(annotations), 0) + coalesce(octet_length(meta), 0)) from resource ",
+            $filter,
+            "), 0) + coalesce((select sum(octet_length(uri_template) + octet_length(name) \
+             + coalesce(octet_length(title), 0) + coalesce(octet_length(description), 0) \
+             + coalesce(octet_length(mime_type), 0) + coalesce(octet_length(annotations), 0) \
+             + coalesce(octet_length(text), 0)) from resource_template ",
+            $filter,
+            "), 0) + coalesce((select sum(octet_length(name) + coalesce(octet_length(title), 0) \
+             + coalesce(octet_length(description), 0) + octet_length(arguments) + octet_length(messages)) from prompt ",
+            $filter,
+            "), 0) + coalesce((select sum(octet_length(name) + coalesce(octet_length(description), 0)) from agent ",
+            $filter,
+            "), 0) as bigint)"
+        )
+    };
+}
+
 /// Columns of a resource as lists show it.
 macro_rules! resource_columns {
     () => {
@@ -291,7 +317,8 @@ macro_rules! prompt_columns {
 }
 
 pub(super) use {
-    agent_columns, key_columns, prompt_columns, resource_columns, resource_content_columns, template_columns,
+    agent_columns, key_columns, prompt_columns, resource_columns, resource_content_columns, stored_bytes,
+    template_columns,
 };
 
 /// Expands the [`Store`](super::Store) implementation for a backend: `impl_store!(Type, Database, "name")`.
@@ -331,7 +358,7 @@ macro_rules! impl_store {
             use $crate::store::sql::{
                 AUDIT_SEGMENT_RECORDS, AUDIT_SEGMENT_SPAN, AUDIT_SEGMENTS_PER_INSERT, Change, agent_columns,
                 chain_audit_segments, key_columns, merged_rate_limit, prefix_upper_bound, prompt_columns,
-                resource_columns, resource_content_columns, template_columns,
+                resource_columns, resource_content_columns, stored_bytes, template_columns,
             };
             use $crate::store::{After, BatchOutcome, Store, StoreError, StoreResult, Upserted};
 
@@ -460,43 +487,52 @@ macro_rules! impl_store {
                     Ok(())
                 }
 
-                /// After resources changed in `tx`: refuses (rolling back) what takes `agent` or the gateway over
-                /// the resource quotas.
+                /// After resources changed in `tx`: refuses (rolling back) what takes `agent` over its resource
+                /// count, or it or the gateway over the byte quotas.
                 async fn check_resource_quotas(&self, tx: &mut Tx, agent: &AgentId) -> StoreResult<()> {
-                    let quotas = *self.quotas();
-                    if quotas.max_resources_per_agent > 0 || quotas.max_agent_bytes > 0 {
-                        let (count, bytes) = sqlx::query_as::<$db, (i64, i64)>(
-                            "select count(*), cast(coalesce(sum(size), 0) as bigint) from resource where agent_id = $1",
-                        )
-                        .bind(agent.as_str())
-                        .fetch_one(&mut **tx)
-                        .await
-                        .map_err(Self::error)?;
-                        $crate::store::sql::within(count, quotas.max_resources_per_agent, || {
+                    let max = self.quotas().max_resources_per_agent;
+                    if max > 0 {
+                        let count = sqlx::query_scalar::<$db, i64>("select count(*) from resource where agent_id = $1")
+                            .bind(agent.as_str())
+                            .fetch_one(&mut **tx)
+                            .await
+                            .map_err(Self::error)?;
+                        $crate::store::sql::within(count, max, || {
                             StoreError::TooMany(format!(
-                                "agent {agent} would hold {count} resources; at most {} are allowed \
-                                 (limits.max_resources_per_agent)",
-                                quotas.max_resources_per_agent
+                                "agent {agent} would hold {count} resources; at most {max} are allowed \
+                                 (limits.max_resources_per_agent)"
                             ))
                         })?;
+                    }
+                    self.check_byte_quotas(tx, agent).await
+                }
+
+                /// After anything of `agent` was stored in `tx`: refuses (rolling back) what takes it or the
+                /// gateway over the byte quotas, which count every stored byte (`stored_bytes!`).
+                async fn check_byte_quotas(&self, tx: &mut Tx, agent: &AgentId) -> StoreResult<()> {
+                    let quotas = *self.quotas();
+                    if quotas.max_agent_bytes > 0 {
+                        let bytes = sqlx::query_scalar::<$db, i64>(stored_bytes!("where agent_id = $1"))
+                            .bind(agent.as_str())
+                            .fetch_one(&mut **tx)
+                            .await
+                            .map_err(Self::error)?;
                         $crate::store::sql::within(bytes, quotas.max_agent_bytes, || {
                             StoreError::TooLarge(format!(
-                                "agent {agent}'s resources would hold {bytes} bytes; at most {} are allowed \
+                                "agent {agent} would store {bytes} bytes; at most {} are allowed \
                                  (limits.max_agent_bytes)",
                                 quotas.max_agent_bytes
                             ))
                         })?;
                     }
                     if quotas.max_total_bytes > 0 {
-                        let bytes = sqlx::query_scalar::<$db, i64>(
-                            "select cast(coalesce(sum(size), 0) as bigint) from resource",
-                        )
-                        .fetch_one(&mut **tx)
-                        .await
-                        .map_err(Self::error)?;
+                        let bytes = sqlx::query_scalar::<$db, i64>(stored_bytes!(""))
+                            .fetch_one(&mut **tx)
+                            .await
+                            .map_err(Self::error)?;
                         $crate::store::sql::within(bytes, quotas.max_total_bytes, || {
                             StoreError::TooLarge(format!(
-                                "the gateway's resources would hold {bytes} bytes; at most {} are allowed \
+                                "the gateway would store {bytes} bytes; at most {} are allowed \
                                  (limits.max_total_bytes)",
                                 quotas.max_total_bytes
                             ))

@@ -36,6 +36,8 @@ mod batch;
 mod cli;
 /// Fault injection between hivegate and PostgreSQL.
 mod faults;
+/// Every field a key writes has a size limit; list pages are bounded by bytes.
+mod field_limits;
 /// Health, readiness and the OpenAPI document.
 mod health;
 /// Tenant isolation as a randomized property.

@@ -145,26 +145,43 @@ pub(crate) fn params<T: DeserializeOwned>(params: Option<&Value>) -> Result<T, M
 }
 
 /// Renders with a quick budget here, on the async worker, and only when that runs out of the quick fuel
-/// renders again with a full budget on the blocking pool: what a render gives and the budget it charged.
-/// `what` names the render in the log should the blocking task not complete.
-pub(crate) async fn render_bounded<T, F>(what: &str, render: F) -> Result<(Result<T, String>, Budget), McpError>
+/// renders again with a full budget on the blocking pool, in the agent's turn ([`crate::mcp::render_gate`]):
+/// what a render gives and the budget it charged. `what` names the render in the log should the blocking
+/// task not complete.
+pub(crate) async fn render_bounded<T, F>(
+    ctx: &Context<'_>,
+    what: &str,
+    render: F,
+) -> Result<(Result<T, String>, Budget), McpError>
 where
     T: Send + 'static,
     F: Fn(&mut Budget) -> Result<T, String> + Send + 'static,
 {
     let mut quick = Budget::quick();
     match render(&mut quick) {
-        Err(_) if quick.wants_more_fuel() => tokio::task::spawn_blocking(move || {
-            let mut budget = Budget::default();
-            (render(&mut budget), budget)
-        })
-        .await
-        .map_err(|error| {
-            tracing::error!(render = what, %error, "a render did not complete");
-            McpError::Internal
-        }),
+        Err(_) if quick.wants_more_fuel() => {
+            on_the_blocking_pool(ctx, what, move || {
+                let mut budget = Budget::default();
+                (render(&mut budget), budget)
+            })
+            .await
+        }
         rendered => Ok((rendered, quick)),
     }
+}
+
+/// Runs `work` (a render or a compile) on the blocking pool in the agent's turn: its costly work waits
+/// behind its own, not in front of other agents'. `what` names it in the log should the task not complete.
+pub(crate) async fn on_the_blocking_pool<T, F>(ctx: &Context<'_>, what: &str, work: F) -> Result<T, McpError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let _turn = ctx.state.renders.turn(&ctx.agent.id).await;
+    tokio::task::spawn_blocking(work).await.map_err(|error| {
+        tracing::error!(render = what, %error, "a render did not complete");
+        McpError::Internal
+    })
 }
 
 #[cfg(test)]

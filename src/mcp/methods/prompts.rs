@@ -21,6 +21,7 @@ use crate::mcp::types::{
 use crate::metrics::Limit;
 use crate::registry::cache::{Key, Loaded};
 use crate::registry::cursor::ListKind;
+use crate::store::StoreError;
 
 /// `prompts/list`: prompts in name order.
 pub struct ListPrompts {
@@ -37,9 +38,10 @@ impl McpMethod for ListPrompts {
     async fn apply(self, ctx: &Context<'_>) -> Result<Answer, McpError> {
         let store = ctx.registry().store().clone();
         let agent = ctx.agent.id.clone();
+        let max_bytes = ctx.state.config.limits.max_page_bytes;
         list(ctx, ListKind::Prompts, "prompts", self.cursor, |after| async move {
             let rows = store.list_prompts(&agent, after.as_deref(), PAGE_SIZE + 1).await?;
-            Page::from_items(rows.iter().map(mcp_prompt).collect(), |p: &McpPrompt| p.name.clone())
+            Page::from_items(rows.iter().map(mcp_prompt).collect(), |p: &McpPrompt| p.name.clone(), max_bytes)
         })
         .await
     }
@@ -86,18 +88,24 @@ pub(crate) async fn find_prompt(ctx: &Context<'_>, name: &str) -> Result<Option<
     };
     let store = ctx.registry().store().clone();
     let agent = ctx.agent.id.clone();
+    let renders = Arc::clone(&ctx.state.renders);
     let found = ctx
         .registry()
         .get_or_load(&ctx.agent.id, Key::Prompt(name.to_owned()), || async move {
-            let prompt = store.get_prompt(&agent, &parsed).await?;
-            let bytes = prompt
-                .as_ref()
-                .map_or(64, |p| serde_json::to_string(&p.messages).map_or(4096, |s| s.len() + 512) + compiled_bytes(p));
-            let cached = prompt.map(|prompt| {
+            let Some(prompt) = store.get_prompt(&agent, &parsed).await? else {
+                return Ok(Loaded { value: None, bytes: Some(64) });
+            };
+            let bytes =
+                serde_json::to_string(&prompt.messages).map_or(4096, |s| s.len() + 512) + compiled_bytes(&prompt);
+            // Compiling costs time in proportion to the templates: on the blocking pool, in the agent's turn.
+            let _turn = renders.turn(&agent).await;
+            let cached = tokio::task::spawn_blocking(move || {
                 let compiled = compile_messages(&prompt.messages);
                 Arc::new(CachedPrompt { prompt, compiled })
-            });
-            Ok(Loaded { value: cached, bytes: Some(bytes) })
+            })
+            .await
+            .map_err(|error| StoreError::Corrupt(format!("compiling a prompt did not complete: {error}")))?;
+            Ok(Loaded { value: Some(cached), bytes: Some(bytes) })
         })
         .await?;
     Ok(found.as_ref().clone())
@@ -176,7 +184,7 @@ impl McpMethod for GetPrompt {
         // that completes (or fails for another reason) is what the full one would give.
         let stored = Arc::clone(&cached);
         let arguments = self.arguments;
-        let (rendered, budget) = render_bounded(prompt.name.as_str(), move |budget| {
+        let (rendered, budget) = render_bounded(ctx, prompt.name.as_str(), move |budget| {
             render_messages(&stored.prompt.messages, &stored.compiled, &arguments, budget)
         })
         .await?;

@@ -145,10 +145,19 @@ async fn directory(ctx: &Context<'_>, dir: &StoredItem) -> Result<Vec<Arc<RawVal
 }
 
 /// The agent's templates that can serve reads (with a `text` and a matchable template), as the registry
-/// cache keeps them: their texts checked and compiled once.
+/// cache keeps them for matching: parsed, without their texts, so that the entry stays small however large
+/// the texts are. The text of the one template a read renders is compiled and cached on its own
+/// ([`template_text`]).
 struct ReadableTemplates {
-    templates: Vec<(UriTemplate, ResourceTemplate)>,
-    compiled: Compiled,
+    templates: Vec<Readable>,
+}
+
+/// One template as matching needs it.
+struct Readable {
+    parsed: UriTemplate,
+    uri_template: String,
+    name: String,
+    mime_type: Option<String>,
 }
 
 async fn readable_templates(ctx: &Context<'_>) -> Result<Arc<ReadableTemplates>, McpError> {
@@ -158,23 +167,59 @@ async fn readable_templates(ctx: &Context<'_>) -> Result<Arc<ReadableTemplates>,
         .registry()
         .get_or_load(&ctx.agent.id, Key::Templates, || async move {
             let rows = store.list_templates(&agent, None, MAX_TEMPLATES).await?;
-            let templates: Vec<(UriTemplate, ResourceTemplate)> = rows
+            let templates: Vec<Readable> = rows
                 .into_iter()
                 .filter(|row| row.text.is_some())
-                .filter_map(|row| UriTemplate::parse(&row.uri_template).ok().map(|parsed| (parsed, row)))
-                .filter(|(parsed, _)| parsed.is_matchable())
+                .filter_map(|row| {
+                    let parsed = UriTemplate::parse(&row.uri_template).ok()?;
+                    let ResourceTemplate { uri_template, name, mime_type, .. } = row;
+                    parsed.is_matchable().then_some(Readable { parsed, uri_template, name, mime_type })
+                })
                 .collect();
-            let compiled = Compiled::new(templates.iter().filter_map(|(_, row)| row.text.as_deref()));
-            // The compiled texts are counted at a multiple of their sources, and their environments once.
-            let bytes = 8 * 1024
+            // The parsed parts take about as much again as the template's text.
+            let bytes = 1024
                 + templates
                     .iter()
-                    .map(|(_, row)| row.uri_template.len() * 2 + row.text.as_ref().map_or(0, |text| 17 * text.len()))
+                    .map(|t| 3 * t.uri_template.len() + t.name.len() + t.mime_type.as_ref().map_or(0, String::len) + 64)
                     .sum::<usize>();
-            Ok(Loaded { value: ReadableTemplates { templates, compiled }, bytes: Some(bytes) })
+            Ok(Loaded { value: ReadableTemplates { templates }, bytes: Some(bytes) })
         })
         .await?;
     Ok(templates)
+}
+
+/// A template's text, checked and compiled once per replica for as long as the registry cache keeps it.
+struct CompiledText {
+    source: String,
+    compiled: Compiled,
+}
+
+/// The compiled text of the template `uri_template`, through the cache; `None` when it has none (any
+/// more). Compiling costs time in proportion to the text, so it runs on the blocking pool in the agent's
+/// turn, like a costly render.
+async fn template_text(ctx: &Context<'_>, uri_template: &str) -> Result<Option<Arc<CompiledText>>, McpError> {
+    let store = ctx.registry().store().clone();
+    let agent = ctx.agent.id.clone();
+    let renders = Arc::clone(&ctx.state.renders);
+    let compiled = ctx
+        .registry()
+        .get_or_load(&ctx.agent.id, Key::TemplateText(uri_template.to_owned()), || async move {
+            let Some(source) = store.get_template(&agent, uri_template).await?.and_then(|row| row.text) else {
+                return Ok(Loaded { value: None, bytes: Some(64) });
+            };
+            // Compiled instructions and the environments' tables take a multiple of the source.
+            let bytes = 8 * 1024 + 17 * source.len();
+            let _turn = renders.turn(&agent).await;
+            let compiled = tokio::task::spawn_blocking(move || {
+                let compiled = Compiled::new([source.as_str()]);
+                CompiledText { source, compiled }
+            })
+            .await
+            .map_err(|error| StoreError::Corrupt(format!("compiling a template's text did not complete: {error}")))?;
+            Ok(Loaded { value: Some(Arc::new(compiled)), bytes: Some(bytes) })
+        })
+        .await?;
+    Ok(compiled.as_ref().clone())
 }
 
 /// Renders the best matching template's `text` for `uri`: most literal characters, ties by name.
@@ -185,28 +230,26 @@ async fn from_template(ctx: &Context<'_>, uri: &str) -> Result<ResourceContents,
     let best = readable
         .templates
         .iter()
-        .enumerate()
-        .filter_map(|(index, (parsed, row))| {
-            match_uri_within(parsed, uri, &mut budget).map(|variables| (index, parsed, row, variables))
+        .filter_map(|template| {
+            match_uri_within(&template.parsed, uri, &mut budget).map(|variables| (template, variables))
         })
-        .min_by(|(_, a, a_row, _), (_, b, b_row, _)| {
-            b.literal_len().cmp(&a.literal_len()).then_with(|| a_row.name.cmp(&b_row.name))
-        });
-    let Some((index, _, template, variables)) = best else {
+        .min_by(|(a, _), (b, _)| b.parsed.literal_len().cmp(&a.parsed.literal_len()).then_with(|| a.name.cmp(&b.name)));
+    let Some((template, variables)) = best else {
+        return Err(ctx.not_found(uri));
+    };
+    // Changed since the list was cached: its change will drop both entries; until then, as if it matched
+    // nothing.
+    let Some(text) = template_text(ctx, &template.uri_template).await? else {
         return Err(ctx.not_found(uri));
     };
     // The variables are pieces of the URI, which is at most `MAX_URI_BYTES` long. Rendering is CPU work up
     // to the fuel limit: it is rendered here with the quick fuel, and only a text that runs out of it is
     // rendered again, with the full fuel and an output budget of its own, on the blocking pool (as
     // `prompts/get` does).
-    let (rendered, budget) = {
-        let readable = Arc::clone(&readable);
-        render_bounded(&template.uri_template, move |budget| {
-            let source = readable.templates.get(index).and_then(|(_, row)| row.text.as_deref()).unwrap_or_default();
-            readable.compiled.render(source, &variables, budget)
-        })
-        .await?
-    };
+    let (rendered, budget) = render_bounded(ctx, &template.uri_template, move |budget| {
+        text.compiled.render(&text.source, &variables, budget)
+    })
+    .await?;
     let text = rendered.map_err(|message| {
         if budget.is_spent() {
             // The URI's variables took the render over a render limit: the client's params, -32602.

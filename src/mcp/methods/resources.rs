@@ -31,15 +31,38 @@ pub struct Page {
 }
 
 impl Page {
-    /// A page from up to `PAGE_SIZE + 1` items (one more than a page shows, to learn whether more follow).
-    pub fn from_items<T: Serialize>(mut items: Vec<T>, sort_key: impl Fn(&T) -> String) -> StoreResult<Self> {
-        let last = if items.len() > PAGE_SIZE as usize {
-            items.truncate(PAGE_SIZE as usize);
-            items.last().map(sort_key)
-        } else {
-            None
-        };
-        let items = serde_json::value::to_raw_value(&items).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    /// A page from up to `PAGE_SIZE + 1` items (one more than a page shows, to learn whether more follow),
+    /// ending early, with the sort key of its last item, where the next item would take its items past
+    /// `max_bytes` of JSON (a page holds at least one item, which the field limits bound).
+    pub fn from_items<T: Serialize>(
+        items: Vec<T>,
+        sort_key: impl Fn(&T) -> String,
+        max_bytes: usize,
+    ) -> StoreResult<Self> {
+        let corrupt = |error: serde_json::Error| StoreError::Corrupt(error.to_string());
+        let mut json = Vec::with_capacity(1024);
+        json.push(b'[');
+        let mut last = None;
+        for (index, item) in items.iter().enumerate() {
+            if index == PAGE_SIZE as usize {
+                last = items.get(index - 1).map(&sort_key);
+                break;
+            }
+            let start = json.len();
+            if index > 0 {
+                json.push(b',');
+            }
+            serde_json::to_writer(&mut json, item).map_err(corrupt)?;
+            // The closing bracket counts too.
+            if index > 0 && json.len() + 1 > max_bytes {
+                json.truncate(start);
+                last = items.get(index - 1).map(&sort_key);
+                break;
+            }
+        }
+        json.push(b']');
+        let json = String::from_utf8(json).map_err(|error| StoreError::Corrupt(error.to_string()))?;
+        let items = RawValue::from_string(json).map_err(corrupt)?;
         Ok(Self { items, last })
     }
 
@@ -112,9 +135,10 @@ impl McpMethod for ListResources {
     async fn apply(self, ctx: &Context<'_>) -> Result<Answer, McpError> {
         let store = ctx.registry().store().clone();
         let agent = ctx.agent.id.clone();
+        let max_bytes = ctx.state.config.limits.max_page_bytes;
         list(ctx, ListKind::Resources, "resources", self.cursor, |after| async move {
             let rows = store.list_resources(&agent, after.as_deref(), PAGE_SIZE + 1).await?;
-            Page::from_items(rows.iter().map(mcp_resource).collect(), |r: &McpResource| r.uri.clone())
+            Page::from_items(rows.iter().map(mcp_resource).collect(), |r: &McpResource| r.uri.clone(), max_bytes)
         })
         .await
     }
@@ -135,9 +159,11 @@ impl McpMethod for ListTemplates {
     async fn apply(self, ctx: &Context<'_>) -> Result<Answer, McpError> {
         let store = ctx.registry().store().clone();
         let agent = ctx.agent.id.clone();
+        let max_bytes = ctx.state.config.limits.max_page_bytes;
         list(ctx, ListKind::Templates, "resourceTemplates", self.cursor, |after| async move {
             let rows = store.list_templates(&agent, after.as_deref(), PAGE_SIZE + 1).await?;
-            Page::from_items(rows.iter().map(mcp_template).collect(), |t: &McpResourceTemplate| t.uri_template.clone())
+            let items = rows.iter().map(mcp_template).collect();
+            Page::from_items(items, |t: &McpResourceTemplate| t.uri_template.clone(), max_bytes)
         })
         .await
     }
@@ -212,10 +238,28 @@ mod tests {
     #[test]
     fn pages_know_whether_more_follow() {
         let full: Vec<u32> = (0..=PAGE_SIZE).collect();
-        let page = Page::from_items(full, |n| n.to_string()).expect("page");
+        let page = Page::from_items(full.clone(), |n| n.to_string(), usize::MAX).expect("page");
         assert_eq!(page.last.as_deref(), Some("99"));
-        let short = Page::from_items(vec![1, 2], |n: &i32| n.to_string()).expect("page");
+        assert_eq!(page.items.get(), serde_json::to_string(&full[..100]).expect("json"));
+        let short = Page::from_items(vec![1, 2], |n: &i32| n.to_string(), usize::MAX).expect("page");
         assert!(short.last.is_none());
         assert_eq!(short.items.get(), "[1,2]");
+    }
+
+    #[test]
+    fn pages_end_early_at_their_byte_bound() {
+        let words = vec!["aaaa".to_owned(), "bbbb".to_owned(), "cccc".to_owned()];
+        // `["aaaa","bbbb"]` is 15 bytes: a third item would make it 22.
+        let page = Page::from_items(words.clone(), Clone::clone, 15).expect("page");
+        assert_eq!(page.items.get(), r#"["aaaa","bbbb"]"#);
+        assert_eq!(page.last.as_deref(), Some("bbbb"));
+        let page = Page::from_items(words.clone(), Clone::clone, 14).expect("page");
+        assert_eq!(page.items.get(), r#"["aaaa"]"#);
+        assert_eq!(page.last.as_deref(), Some("aaaa"));
+        // One item always fits, however small the bound.
+        let page = Page::from_items(words.clone(), Clone::clone, 1).expect("page");
+        assert_eq!(page.items.get(), r#"["aaaa"]"#);
+        let whole = Page::from_items(words, Clone::clone, 22).expect("page");
+        assert!(whole.last.is_none());
     }
 }

@@ -320,6 +320,7 @@ macro_rules! impl_store_methods {
                     after: Some(record_digest(&created, None)),
                 };
                 Self::insert_audit(&mut tx, audit, now).await?;
+                self.check_byte_quotas(&mut tx, &created.id).await?;
                 self.commit(tx, vec![BusMessage::AgentChanged { agent: created.id.to_string() }]).await?;
                 Ok(created)
             }
@@ -403,6 +404,7 @@ macro_rules! impl_store_methods {
                     after: Some(record_digest(&after, None)),
                 };
                 Self::insert_audit(&mut tx, audit, now).await?;
+                self.check_byte_quotas(&mut tx, id).await?;
                 self.commit(tx, vec![BusMessage::AgentChanged { agent: id.to_string() }]).await?;
                 Ok(after)
             }
@@ -846,6 +848,7 @@ macro_rules! impl_store_methods {
                     .map_err(Self::error)?;
                 let max = self.quotas().max_templates_per_agent;
                 Self::check_count_quota(&mut tx, agent, "resource_template", max, "max_templates_per_agent").await?;
+                self.check_byte_quotas(&mut tx, agent).await?;
                 let audit = Audit {
                     agent,
                     actor,
@@ -964,6 +967,7 @@ macro_rules! impl_store_methods {
                     .map_err(Self::error)?;
                 let max = self.quotas().max_prompts_per_agent;
                 Self::check_count_quota(&mut tx, agent, "prompt", max, "max_prompts_per_agent").await?;
+                self.check_byte_quotas(&mut tx, agent).await?;
                 let audit = Audit {
                     agent,
                     actor,
@@ -994,6 +998,26 @@ macro_rules! impl_store_methods {
                 .into_iter()
                 .map(PromptRow::into_prompt)
                 .collect()
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent, uri_template = %uri_template))]
+            async fn get_template(
+                &self,
+                agent: &AgentId,
+                uri_template: &str,
+            ) -> StoreResult<Option<ResourceTemplate>> {
+                sqlx::query_as::<$db, TemplateRow>(concat!(
+                    "select ",
+                    template_columns!(),
+                    " from resource_template where agent_id = $1 and uri_template = $2"
+                ))
+                .bind(agent.as_str())
+                .bind(uri_template)
+                .fetch_optional(self.reader())
+                .await
+                .map_err(Self::error)?
+                .map(TemplateRow::into_template)
+                .transpose()
             }
 
             #[tracing::instrument(skip_all, fields(agent = %agent, prompt = %name))]
