@@ -199,6 +199,7 @@ impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::NotFound => ApiError::NotFound("not found".to_owned()),
+            StoreError::Absent(detail) => ApiError::NotFound(detail),
             StoreError::Conflict => ApiError::Conflict("already exists".to_owned()),
             StoreError::TooMany(detail) => ApiError::limited(Limit::Quota, ApiError::Conflict(detail)),
             StoreError::Invalid(detail) => ApiError::Unprocessable(detail),

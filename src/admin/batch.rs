@@ -104,9 +104,7 @@ pub async fn batch(
     }
     let outcome = state.store.batch_resources(&access.agent, &upserts, &deletes, &access.actor).await.map_err(
         |error| match error {
-            StoreError::NotFound => ApiError::NotFound(
-                "a deleted URI does not exist (or the agent is gone); nothing was changed".to_owned(),
-            ),
+            StoreError::NotFound => ApiError::NotFound("the agent does not exist; nothing was changed".to_owned()),
             other => agent_gone(other),
         },
     )?;

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use super::content;
 use super::limits::{Field, FieldLimits, TooLarge, json_len};
 use super::model::{PromptArgument, PromptMessage};
-use super::render::{Budget, Compiled};
+use super::render::{self, Budget, Compiled};
 
 /// Checks the size of every field of a prompt's arguments and messages, and how many arguments it declares,
 /// before anything compiles its templates.
@@ -54,6 +54,24 @@ pub fn validate(arguments: &[PromptArgument], messages: &[PromptMessage]) -> Res
     }
     for (index, message) in messages.iter().enumerate() {
         content::validate_block(&message.content).map_err(|error| format!("messages[{index}].{error}"))?;
+    }
+    // Every variable a template reads must be a declared argument: `prompts/get` refuses arguments that are
+    // not declared, so an undeclared one could never be given.
+    for (index, message) in messages.iter().enumerate() {
+        let mut undeclared = std::collections::BTreeSet::new();
+        for source in content::template_sources(&message.content) {
+            let free = render::free_variables(source).map_err(|error| format!("messages[{index}].content: {error}"))?;
+            undeclared.extend(free.into_iter().filter(|variable| !names.contains(variable.as_str())));
+        }
+        if !undeclared.is_empty() {
+            let list: Vec<String> = undeclared.iter().map(|name| format!("{name:?}")).collect();
+            return Err(format!(
+                "messages[{index}].content uses {} that {} not declared in arguments: {}",
+                if list.len() == 1 { "a variable" } else { "variables" },
+                if list.len() == 1 { "is" } else { "are" },
+                list.join(", ")
+            ));
+        }
     }
     Ok(())
 }
@@ -113,6 +131,20 @@ mod tests {
         let error = validate(&[], &[ok[0].clone(), message(json!({"type": "text", "text": "{{ x"}))])
             .expect_err("does not compile");
         assert!(error.starts_with("messages[1].content.text"), "{error}");
+    }
+
+    #[test]
+    fn refuses_templates_that_read_undeclared_variables() {
+        let reads = |text: &str| [message(json!({"type": "text", "text": text}))];
+        let error = validate(&[argument("topic")], &reads("{{ topic }} {{ depth }} {{ x }}")).expect_err("undeclared");
+        assert_eq!(error, r#"messages[0].content uses variables that are not declared in arguments: "depth", "x""#);
+        // Loop variables and the functions every template may call are not arguments.
+        let looped = "{% for i in range(3) %}{{ i }}{{ loop.index }}{{ topic }}{% else %}{% endfor %}";
+        assert_eq!(validate(&[argument("topic")], &reads(looped)), Ok(()));
+        let link = [message(json!({"type": "resource_link", "uri": "test://{{ id }}", "name": "n"}))];
+        let error = validate(&[], &link).expect_err("undeclared in a uri");
+        assert!(error.contains(r#"a variable that is not declared in arguments: "id""#), "{error}");
+        assert_eq!(validate(&[argument("id")], &link), Ok(()));
     }
 
     #[test]

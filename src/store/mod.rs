@@ -49,6 +49,9 @@ const OFF_THE_WORKERS_FROM: usize = 256;
 pub enum StoreError {
     #[error("not found")]
     NotFound,
+    /// One item a change names does not exist (e.g. a URI a batch deletes): nothing was changed.
+    #[error("{0}")]
+    Absent(String),
     #[error("already exists")]
     Conflict,
     /// The database cannot be reached or is overloaded: answer 503 and let the client retry.
@@ -90,9 +93,9 @@ pub struct Quotas {
     pub max_resources_per_agent: u64,
     pub max_templates_per_agent: u64,
     pub max_prompts_per_agent: u64,
-    /// Content bytes of one agent's resources together.
+    /// Stored bytes of one agent together (every field of its registry, its name and description).
     pub max_agent_bytes: u64,
-    /// Content bytes of every agent's resources together.
+    /// Stored bytes of every agent together.
     pub max_total_bytes: u64,
 }
 

@@ -95,7 +95,8 @@ async fn batch_is_all_or_nothing(backend: Backend) {
     // Deleting a URI that does not exist: 404, nothing happens.
     let batch = json!({"upsert": [good(0), replace_a.clone()], "delete": ["test://b", "test://absent"]});
     let response = app.op(Method::POST, PATH).json(&batch).send().await.unwrap();
-    expect_problem(response, StatusCode::NOT_FOUND).await;
+    let problem = expect_problem(response, StatusCode::NOT_FOUND).await;
+    assert!(problem["detail"].as_str().unwrap_or_default().contains("\"test://absent\""), "names the URI: {problem}");
     assert_eq!(snapshot(&app).await, before, "a batch deleting an absent URI changed something");
 
     // An invalid URI to delete: 422, nothing happens.

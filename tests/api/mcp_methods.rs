@@ -266,9 +266,10 @@ async fn template_and_directory_reads(backend: Backend) {
         answer.result()["contents"].as_array().unwrap().iter().map(|c| c["uri"].as_str().unwrap().to_owned()).collect();
     assert_eq!(uris, ["file:///many", "file:///many/b.txt"]);
 
-    // A URI that could never be stored is not found; one longer than any resource URI may be is invalid
-    // params, naming the limit.
-    mcp.legacy("resources/read", json!({"uri": "no scheme"})).await.error(StatusCode::OK, -32002);
+    // A value that is not an absolute URI, or one longer than any resource URI may be, is invalid params
+    // saying why (not a "not found").
+    let answer = mcp.legacy("resources/read", json!({"uri": "no scheme"})).await;
+    assert!(answer.error(StatusCode::OK, -32602)["message"].as_str().unwrap().contains("not an absolute URI"));
     let long = format!("test://{}", "x".repeat(4096));
     let answer = mcp.legacy("resources/read", json!({"uri": long})).await;
     assert!(answer.error(StatusCode::OK, -32602)["message"].as_str().unwrap().contains("at most 2048"));

@@ -100,6 +100,15 @@ async fn prompt_errors(backend: Backend) {
     .unwrap();
     expect_problem(response, StatusCode::UNPROCESSABLE_ENTITY).await;
 
+    // A template that reads a variable no argument declares: 422 naming it, and nothing is stored.
+    let undeclared = json!({"arguments": [{"name": "topic"}],
+        "messages": [{"role": "user", "content": {"type": "text", "text": "{{ topic }} in {{ depth }}"}}]});
+    let problem = expect_problem(put(undeclared).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY).await;
+    let detail = str_of(&problem, "detail");
+    assert!(detail.contains("not declared in arguments") && detail.contains(r#""depth""#), "{problem}");
+    let response = app.op(Method::GET, path).send().await.unwrap();
+    expect_problem(response, StatusCode::NOT_FOUND).await;
+
     // Other invalid values.
     let invalid = [
         ("unknown role", json!({"messages": [{"role": "system", "content": {"type": "text", "text": "x"}}]})),
@@ -147,7 +156,9 @@ async fn prompt_errors(backend: Backend) {
     assert!(app.list_all("/admin/v1/agents/bot/prompts", None).await.is_empty());
 
     // A failed replace leaves the stored prompt as it was.
-    expect_json(put(text_message("good {{ x }}")).await.unwrap(), StatusCode::CREATED).await;
+    let mut good = text_message("good {{ x }}");
+    good["arguments"] = json!([{"name": "x"}]);
+    expect_json(put(good).await.unwrap(), StatusCode::CREATED).await;
     expect_problem(put(text_message("bad {{ x ")).await.unwrap(), StatusCode::UNPROCESSABLE_ENTITY).await;
     let stored = expect_json(app.op(Method::GET, path).send().await.unwrap(), StatusCode::OK).await;
     assert_eq!(stored["messages"][0]["content"]["text"], "good {{ x }}");

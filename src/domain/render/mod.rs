@@ -74,6 +74,18 @@ pub fn compile_check(source: &str) -> Result<(), String> {
     ENVIRONMENT.template_from_str(source).map(drop).map_err(|error| describe(&error))
 }
 
+/// The variables `source` reads that it does not bind itself (loop variables are bound), without the
+/// functions every template may call: what its arguments must provide. `source` must pass
+/// [`compile_check`].
+pub fn free_variables(source: &str) -> Result<std::collections::BTreeSet<String>, String> {
+    let template = ENVIRONMENT.template_from_str(source).map_err(|error| describe(&error))?;
+    let mut variables: std::collections::BTreeSet<String> = template.undeclared_variables(false).into_iter().collect();
+    for function in FUNCTIONS {
+        variables.remove(*function);
+    }
+    Ok(variables)
+}
+
 /// Renders `source` alone, with a [`Budget`] of its own ([`BUDGET_BYTES`]).
 pub fn render(source: &str, args: &BTreeMap<String, String>) -> Result<String, String> {
     render_with_budget(source, args, &mut Budget::default())

@@ -50,17 +50,13 @@ impl McpMethod for ReadResource {
 
     fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         let parsed: ReadResourceRequestParams = params(raw)?;
-        // Longer than any resource URI may be: invalid params, rather than a not-found echoing it back.
-        ResourceUri::check_length(&parsed.uri).map_err(|error| McpError::InvalidParams(error.0))?;
+        // Not a URI a resource could have (relative, malformed, longer than any may be): invalid params,
+        // rather than a not-found, answered without touching the store or the cache.
+        ResourceUri::parse(&parsed.uri).map_err(|error| McpError::InvalidParams(error.0))?;
         Ok(Self { uri: parsed.uri })
     }
 
     async fn apply(self, ctx: &Context<'_>) -> Result<Answer, McpError> {
-        // A URI that cannot be stored cannot be found: answered without touching the store or the cache
-        // (which would otherwise hold an arbitrarily long "absent" key).
-        if ResourceUri::parse(&self.uri).is_err() {
-            return Err(ctx.not_found(&self.uri));
-        }
         let contents = match stored(ctx, &self.uri).await?.as_ref() {
             Some(stored) if stored.resource.mime_type.as_deref() == Some(DIRECTORY_MIME) => {
                 directory(ctx, stored).await?

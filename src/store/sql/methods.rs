@@ -698,8 +698,14 @@ macro_rules! impl_store_methods {
                     outcome.upserted.push(Upserted { item: after, created: before.is_none() });
                 }
                 for uri in deletes {
-                    // `NotFound` drops `tx`, which rolls the whole batch back.
-                    Self::delete_resource_in(&mut tx, agent, uri, actor, now).await?;
+                    // An error drops `tx`, which rolls the whole batch back.
+                    Self::delete_resource_in(&mut tx, agent, uri, actor, now).await.map_err(|error| match error {
+                        StoreError::NotFound => StoreError::Absent(format!(
+                            "resource {:?} does not exist, so it cannot be deleted; nothing was changed",
+                            uri.as_str()
+                        )),
+                        other => other,
+                    })?;
                     change.resource_deleted(uri.as_str());
                     outcome.deleted.push(uri.clone());
                 }
