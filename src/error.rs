@@ -57,6 +57,9 @@ pub enum ApiError {
     /// 429: the credential's rate limit, or the client's failed authentications, are used up for now.
     #[error("too many requests; retry after {retry_after:?}")]
     TooManyRequests { retry_after: std::time::Duration },
+    /// 429: the client's address used up its failed authentications; the detail says so and until when.
+    #[error("{detail}")]
+    LockedOut { retry_after: std::time::Duration, detail: String },
     /// 503: the database is unreachable or overloaded; the client should retry.
     #[error("database unavailable: {0}")]
     Unavailable(String),
@@ -92,7 +95,7 @@ impl ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::TooManyRequests { .. } | ApiError::LockedOut { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
@@ -134,7 +137,9 @@ impl IntoResponse for ApiError {
         let status = self.status();
         // `Retry-After` in whole seconds, rounded up: never earlier than the limit allows.
         let retry_after = match &self {
-            ApiError::TooManyRequests { retry_after } => Some(retry_after.as_nanos().div_ceil(1_000_000_000).max(1)),
+            ApiError::TooManyRequests { retry_after } | ApiError::LockedOut { retry_after, .. } => {
+                Some(retry_after.as_nanos().div_ceil(1_000_000_000).max(1))
+            }
             _ => None,
         };
         let detail = match self {
@@ -150,7 +155,8 @@ impl IntoResponse for ApiError {
             ApiError::TooManyRequests { .. } => {
                 "too many requests; retry after the time the Retry-After header gives".to_owned()
             }
-            ApiError::BadRequest(detail)
+            ApiError::LockedOut { detail, .. }
+            | ApiError::BadRequest(detail)
             | ApiError::Unauthorized(detail)
             | ApiError::Forbidden(detail)
             | ApiError::NotFound(detail)

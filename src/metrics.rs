@@ -219,6 +219,8 @@ pub struct Metrics {
     pub rate_limited: Family<ScopeLabels, Counter>,
     pub limit_refused: Family<LimitLabels, Counter>,
     pub notifications_sent: Counter,
+    /// Client addresses locked out for failed authentications (each lockout once).
+    pub auth_lockouts: Counter,
     /// Seconds from a change's commit to its notification being written to a stream.
     pub notification_lag: Histogram,
     /// Changed TLS certificate files taken (`ok`) or refused (`error`).
@@ -249,6 +251,7 @@ impl Metrics {
             rate_limited: Family::default(),
             limit_refused: Family::default(),
             notifications_sent: Counter::default(),
+            auth_lockouts: Counter::default(),
             notification_lag: latency_histogram(),
             tls_reloads: Family::default(),
         };
@@ -290,6 +293,11 @@ impl Metrics {
                 "notifications_sent",
                 "Notifications written to SSE streams",
                 metrics.notifications_sent.clone(),
+            );
+            r.register(
+                "auth_lockouts",
+                "Client addresses locked out for failed authentications (rate_limits.failed_auth_attempts)",
+                metrics.auth_lockouts.clone(),
             );
             r.register(
                 "notification_lag_seconds",

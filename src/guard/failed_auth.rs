@@ -51,10 +51,11 @@ impl FailedAuth {
         (strikes.count >= self.attempts && elapsed < self.window).then(|| self.window - elapsed)
     }
 
-    /// Notes one failed authentication of `client`.
-    pub fn record(&self, client: IpAddr) {
+    /// Notes one failed authentication of `client`; returns the count within its window when this one
+    /// locks it out (the count reached `attempts` just now), so that the lockout is logged once.
+    pub fn record(&self, client: IpAddr) -> Option<u32> {
         if !self.is_enabled() {
-            return;
+            return None;
         }
         let now = Instant::now();
         let mut strikes = self.clients.entry(bucket_of(client)).or_insert(Strikes { since: now, count: 0 });
@@ -62,6 +63,7 @@ impl FailedAuth {
             *strikes = Strikes { since: now, count: 0 };
         }
         strikes.count = strikes.count.saturating_add(1);
+        (strikes.count == self.attempts).then_some(strikes.count)
     }
 
     /// Forgets the clients whose window has ended; returns how many are left.
@@ -97,10 +99,11 @@ mod tests {
         let failures = FailedAuth::new(3, Duration::from_secs(60));
         let client = ip("192.0.2.1");
         for _ in 0..2 {
-            failures.record(client);
+            assert_eq!(failures.record(client), None);
         }
         assert_eq!(failures.blocked(client), None, "two failures of three");
-        failures.record(client);
+        assert_eq!(failures.record(client), Some(3), "the third locks it out");
+        assert_eq!(failures.record(client), None, "and is reported once");
         let wait = failures.blocked(client).expect("blocked after three");
         assert!(wait > Duration::from_secs(59) && wait <= Duration::from_secs(60), "{wait:?}");
         assert_eq!(failures.blocked(ip("192.0.2.2")), None, "other clients are not");

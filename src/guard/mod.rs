@@ -348,26 +348,52 @@ where
     F: FnOnce(Request) -> Fut,
     Fut: Future<Output = Response>,
 {
-    gate(state, request, run, |wait| McpError::RateLimited { retry_after_ms: millis_up(wait) }.into_http(None)).await
+    let failures = state.guard.failures();
+    let (attempts, window_secs) = (failures.attempts(), failures.window().as_secs());
+    let refuse =
+        move |wait| McpError::LockedOut { retry_after_ms: millis_up(wait), attempts, window_secs }.into_http(None);
+    gate(state, request, run, false, refuse).await
 }
 
-/// Around `/admin/v1`: failed authentications per client, and the `RateLimit*` fields.
+/// Around `/admin/v1` on the public listener: failed authentications per client, and the `RateLimit*`
+/// fields.
 pub async fn admin_gate(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    gate(
-        &state,
-        request,
-        |request| next.run(request),
-        |wait| ApiError::TooManyRequests { retry_after: wait }.into_response(),
-    )
-    .await
+    let refuse = locked_out_problem(&state);
+    gate(&state, request, |request| next.run(request), false, refuse).await
 }
 
-/// Refuses a client that used up its failed authentications (`refuse` builds the endpoint's 429); else runs
-/// the request, counts a 401 against its client, and puts the fields the handler left on the answer.
+/// [`admin_gate`] on the operator listener, where the operator token is never locked out: an address there
+/// is the operators' own network, and a lockout would stop the operator (and the CLI) along with whatever
+/// failed. A wrong token is still counted and locked out.
+pub async fn operator_admin_gate(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let is_operator = state.operator.is_presented_in(request.headers());
+    let refuse = locked_out_problem(&state);
+    gate(&state, request, |request| next.run(request), is_operator, refuse).await
+}
+
+/// The admin API's answer to a locked-out client.
+fn locked_out_problem(state: &AppState) -> impl FnOnce(Duration) -> Response + use<> {
+    let failures = state.guard.failures();
+    let (attempts, window_secs) = (failures.attempts(), failures.window().as_secs());
+    move |wait| {
+        let detail = format!(
+            "locked out: {attempts} failed authentications from this address within {window_secs} s; requests from \
+             it are refused for {} s more (rate_limits.failed_auth_attempts)",
+            wait.as_nanos().div_ceil(1_000_000_000).max(1)
+        );
+        ApiError::LockedOut { retry_after: wait, detail }.into_response()
+    }
+}
+
+/// Refuses a client that used up its failed authentications (`refuse` builds the endpoint's 429) unless
+/// `is_exempt`; else runs the request, counts a 401 against its client when it presented a credential, and
+/// puts the fields the handler left on the answer. A request without any credential is not a guess: its 401
+/// only says one is needed (a client probing for the scheme, a health checker), so it is not counted.
 async fn gate<F, Fut>(
     state: &AppState,
     mut request: Request,
     run: F,
+    is_exempt: bool,
     refuse: impl FnOnce(Duration) -> Response,
 ) -> Response
 where
@@ -379,7 +405,7 @@ where
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(peer)| guard.client_ip(peer.ip(), request.headers()));
-    if let Some(wait) = client.and_then(|client| guard.failures().blocked(client)) {
+    if !is_exempt && let Some(wait) = client.and_then(|client| guard.failures().blocked(client)) {
         state.metrics.rate_limited.get_or_create(&ScopeLabels { scope: AUTH_FAILURES }).inc();
         let mut response = refuse(wait);
         if let Some(headers) = guard.failures_headers(wait) {
@@ -387,13 +413,23 @@ where
         }
         return response;
     }
+    let presented = request.headers().contains_key(axum::http::header::AUTHORIZATION)
+        || request.headers().contains_key(crate::http::auth::KEY_HEADER);
     let slot = RateLimitSlot::default();
     request.extensions_mut().insert(slot.clone());
     let mut response = run(request).await;
     if response.status() == StatusCode::UNAUTHORIZED
+        && presented
         && let Some(client) = client
+        && let Some(count) = guard.failures().record(client)
     {
-        guard.failures().record(client);
+        state.metrics.auth_lockouts.inc();
+        tracing::warn!(
+            %client,
+            failures = count,
+            window_secs = guard.failures().window().as_secs(),
+            "client address locked out after failed authentications (rate_limits.failed_auth_attempts)"
+        );
     }
     if let Some(headers) = slot.take() {
         headers.apply(response.headers_mut());

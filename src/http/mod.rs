@@ -41,7 +41,7 @@ pub fn router(state: AppState) -> Router {
         any(crate::mcp::transport::endpoint),
     );
     if http.public_admin || !separate_operator {
-        routes = routes.nest("/admin/v1", admin(&state));
+        routes = routes.nest("/admin/v1", admin(&state, crate::guard::admin_gate));
     }
     if !separate_operator {
         routes = routes.route("/metrics", get(crate::metrics::handler));
@@ -55,16 +55,24 @@ pub fn operator_router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(crate::metrics::handler))
-        .nest("/admin/v1", admin(&state));
+        .nest("/admin/v1", admin(&state, crate::guard::operator_admin_gate));
     with_layers(routes, state)
 }
 
-/// The admin API with its own layers.
-fn admin(state: &AppState) -> Router<AppState> {
+/// The admin API with its own layers; `gate` is the listener's failed-authentication gate.
+fn admin<F, Fut>(state: &AppState, gate: F) -> Router<AppState>
+where
+    F: Fn(axum::extract::State<AppState>, Request<axum::body::Body>, axum::middleware::Next) -> Fut
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    Fut: Future<Output = axum::response::Response> + Send + 'static,
+{
     crate::admin::router()
         .layer(axum::middleware::from_fn_with_state(state.clone(), settle_after_write))
         // Outermost: a client with too many failed authentications is refused before anything.
-        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::guard::admin_gate))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), gate))
 }
 
 /// `routes` with the 404 for unknown paths and the layer stack every answer goes through.

@@ -51,6 +51,13 @@ pub enum McpError {
     Forbidden(&'static str),
     #[error("rate limit exceeded")]
     RateLimited { retry_after_ms: u64 },
+    /// The client's address used up its failed authentications ([`crate::guard::failed_auth`]).
+    #[error(
+        "locked out: {attempts} failed authentications from this address within {window_secs} s; requests from it \
+         are refused for {} s more",
+        retry_after_ms.div_ceil(1000).max(1)
+    )]
+    LockedOut { retry_after_ms: u64, attempts: u32, window_secs: u64 },
     #[error("database unavailable; retry shortly")]
     Unavailable,
     /// The replica is shutting down: no new streams; the client reconnects (to another replica).
@@ -128,7 +135,9 @@ impl McpError {
             McpError::OriginNotAllowed(_) | McpError::Forbidden(_) => (StatusCode::FORBIDDEN, code::FORBIDDEN),
             McpError::Unauthenticated => (StatusCode::UNAUTHORIZED, code::UNAUTHENTICATED),
             McpError::UnknownAgent => (StatusCode::NOT_FOUND, code::UNKNOWN_AGENT),
-            McpError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, code::RATE_LIMITED),
+            McpError::RateLimited { .. } | McpError::LockedOut { .. } => {
+                (StatusCode::TOO_MANY_REQUESTS, code::RATE_LIMITED)
+            }
             McpError::Unavailable | McpError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE),
             McpError::MissingSession => (StatusCode::BAD_REQUEST, code::INVALID_REQUEST),
             McpError::UnknownSession => (StatusCode::NOT_FOUND, code::UNKNOWN_SESSION),
@@ -189,6 +198,9 @@ impl McpError {
             }
             McpError::ResourceNotFound { uri, .. } => Some(json!({ "uri": uri })),
             McpError::RateLimited { retry_after_ms } => Some(json!({ "retryAfterMs": retry_after_ms })),
+            McpError::LockedOut { retry_after_ms, .. } => {
+                Some(json!({ "retryAfterMs": retry_after_ms, "reason": "failedAuthentications" }))
+            }
             McpError::TooManyStreams { scope, limit } => Some(json!({ "limit": limit, "per": scope })),
             McpError::BodyTooLarge { limit }
             | McpError::JsonTooDeep { limit }
@@ -220,7 +232,7 @@ impl McpError {
             McpError::Unavailable | McpError::ShuttingDown => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static(UNAVAILABLE_RETRY_AFTER_SECS));
             }
-            McpError::RateLimited { retry_after_ms } => {
+            McpError::RateLimited { retry_after_ms } | McpError::LockedOut { retry_after_ms, .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_ms.div_ceil(1000).max(1)));
             }
             McpError::HttpMethodNotAllowed => {

@@ -56,6 +56,8 @@ mod live_replicas;
 mod live_resume;
 /// Legacy sessions and their GET streams: subscriptions, list changes, errors, replacement, revocation.
 mod live_sessions;
+/// The failed-authentication lockout: its message, log line, metric and operator exemption.
+mod lockout;
 /// The MCP endpoint: who may reach it, in the contract's order of checks; tenant isolation.
 mod mcp_access;
 /// A small MCP client for the endpoint stories, and the conformance suite's fixtures.
