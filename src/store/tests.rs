@@ -239,7 +239,7 @@ async fn story(store: &dyn Store, bus: &mut Receiver<BusMessage>) -> TestResult 
     // A batch is all or nothing.
     let failing =
         store.batch_resources(&story, &[text_resource("x://n1", "n1", "new")], &[uri("x://absent")], &actor).await;
-    assert!(matches!(failing, Err(StoreError::NotFound)));
+    assert!(matches!(&failing, Err(StoreError::Absent(detail)) if detail.contains("x://absent")), "{failing:?}");
     assert!(store.get_resource(&story, "x://n1").await?.is_none());
     let outcome = store
         .batch_resources(
