@@ -39,10 +39,15 @@ struct Filter {
     resource_subscriptions: Option<Vec<String>>,
 }
 
+/// The params: the filter is `notifications`; anything else but `_meta` is refused (-32602), so that a
+/// filter sent under another name (`filter`) is not acknowledged as an empty one.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ListenParams {
     #[serde(default)]
     notifications: Option<Filter>,
+    #[serde(default, rename = "_meta")]
+    _meta: Option<serde::de::IgnoredAny>,
 }
 
 /// A parsed listen request: what the stream delivers, and the acknowledgement's `notifications`.
@@ -146,6 +151,8 @@ mod tests {
         for params in [
             json!({"notifications": {"promptsListChanged": "yes"}}),
             json!({"notifications": {"resourceSubscriptions": "test://a"}}),
+            // The filter under another name is not an empty filter.
+            json!({"filter": {"promptsListChanged": true}}),
         ] {
             assert!(matches!(Listen::parse(Some(params), 2), Err(McpError::InvalidParams(_))));
         }

@@ -52,6 +52,8 @@ mod live_client;
 mod live_listen;
 /// Live updates across two hivegate processes on one PostgreSQL database.
 mod live_replicas;
+/// Re-reading on a notification sees the change.
+mod live_reread;
 /// Streams in the real world: Last-Event-ID replay and retention, keep-alives, limits, slow consumers, shutdown.
 mod live_resume;
 /// Legacy sessions and their GET streams: subscriptions, list changes, errors, replacement, revocation.
@@ -83,6 +85,8 @@ mod prompts;
 mod quotas;
 /// Rate limits per key, agent and admin credential; failed authentications per client address.
 mod rate_limits;
+/// The README's curl sessions, run as written.
+mod readme;
 /// Several replicas on one PostgreSQL database, and a broken LISTEN connection.
 mod replicas;
 /// Resources: text and blob content, validation, round trips.
