@@ -12,6 +12,18 @@ use crate::helpers::{Api, Backend, expect_json, spawn_app};
 
 both!(the_modern_curl_session_works_as_written);
 
+/// The SDK snippets that interop/run executes are the ones the README shows.
+#[test]
+fn the_readme_quotes_the_sdk_snippets_that_are_run() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md");
+    for (fence, snippet) in [
+        ("```python\n", include_str!("../../interop/snippets/python_sdk.py")),
+        ("```js\n", include_str!("../../interop/snippets/ts_sdk.mjs")),
+    ] {
+        assert!(readme.contains(&format!("{fence}{snippet}```")), "README.md does not quote:\n{snippet}");
+    }
+}
+
 /// The shell block after `marker` in README.md.
 fn readme_block(marker: &str) -> String {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md");
