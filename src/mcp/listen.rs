@@ -7,7 +7,7 @@
 //! never honoured: hivegate serves no tools. Every message carries `io.modelcontextprotocol/subscriptionId`,
 //! the listen request's id exactly as the client wrote it. The stream starts at the agent's current
 //! position, carries no event ids (modern streams are not resumable) and, when the server ends it
-//! (shutdown, revoked key, deleted agent), closes with the listen request's result.
+//! (shutdown, revoked or expired key, deleted agent), closes with the listen request's result.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -121,7 +121,8 @@ pub(super) async fn open(
         Start::At(head),
         Some(ack),
         keep_alive,
-    );
+    )
+    .until(admitted.key.expires_at);
     Ok(stream.into_body())
 }
 

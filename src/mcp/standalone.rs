@@ -94,7 +94,8 @@ async fn open(state: &AppState, admitted: &Admitted, headers: &HeaderMap) -> Res
     let flavor = Flavor::Legacy { session: session.digest.clone(), sessions: state.sessions.clone() };
     let keep_alive = Duration::from_millis(state.config.streams.keep_alive_ms);
     let stream =
-        Stream::new(registration, state.store.clone(), session.agent_id.clone(), flavor, start, first, keep_alive);
+        Stream::new(registration, state.store.clone(), session.agent_id.clone(), flavor, start, first, keep_alive)
+            .until(admitted.key.expires_at);
     Ok((StatusCode::OK, sse::headers(), stream.into_body()).into_response())
 }
 

@@ -8,12 +8,14 @@
 //! itself. A position older than the retention window gets the resync set ([`EventFrames::resync`]).
 //!
 //! It ends when the hub drops its queue's sender (shutdown, revoked key, deleted agent, ended or replaced
-//! session, a legacy stream that fell behind) after delivering what is queued, or when the client goes away
-//! (the connection drops the body, and with it the [`Registration`]). A modern stream the server ends gets
-//! the listen request's final result first.
+//! session, a legacy stream that fell behind) after delivering what is queued, when its key expires (a timer
+//! of the stream's own, set from the key's `expiresAt`, so every replica ends its streams at that instant with
+//! no message between them), or when the client goes away (the connection drops the body, and with it the
+//! [`Registration`]). A modern stream the server ends gets the listen request's final result first.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -21,7 +23,7 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use serde_json::value::RawValue;
 use tokio::sync::mpsc::error::TryRecvError;
-use tokio::time::{Interval, MissedTickBehavior};
+use tokio::time::{Interval, MissedTickBehavior, Sleep};
 
 use super::hub::{EVENT_PAGE, Registration};
 use super::session::Sessions;
@@ -64,6 +66,9 @@ pub struct Stream {
     flavor: Flavor,
     pending: VecDeque<Bytes>,
     keep_alive: Interval,
+    /// Fires when the key the stream was opened with expires (none for a key without `expiresAt`). Boxed:
+    /// a `Sleep` must stay where it is once polled, and the stream moves into its body.
+    expiry: Option<Pin<Box<Sleep>>>,
     phase: Phase,
     /// The first event to deliver only partly (from a `Last-Event-ID` naming one of its notifications).
     partial: Option<(i64, u32)>,
@@ -90,6 +95,7 @@ impl Stream {
             flavor,
             pending: first.into_iter().collect(),
             keep_alive,
+            expiry: None,
             phase: Phase::Live,
             partial: None,
         };
@@ -103,6 +109,15 @@ impl Stream {
             Start::Resync(head) => stream.resync(head),
         }
         stream
+    }
+
+    /// Ends the stream at `expires_at` (the key's expiry), as revoking the key would; `None` never.
+    pub fn until(mut self, expires_at: Option<Timestamp>) -> Self {
+        self.expiry = expires_at.map(|at| {
+            let left = at.as_micros().saturating_sub(Timestamp::now().as_micros()).max(0);
+            Box::pin(tokio::time::sleep(Duration::from_micros(left.unsigned_abs())))
+        });
+        self
     }
 
     /// The response body.
@@ -161,6 +176,7 @@ impl Stream {
                         sessions.touch(session);
                     }
                 }
+                () = expired(&mut self.expiry) => self.finish(true),
             }
         }
     }
@@ -259,5 +275,13 @@ impl Stream {
             self.pending.push_back(sse::final_result(listen_id));
         }
         self.phase = Phase::Done;
+    }
+}
+
+/// Completes when `expiry` fires; never without one.
+async fn expired(expiry: &mut Option<Pin<Box<Sleep>>>) {
+    match expiry {
+        Some(sleep) => sleep.as_mut().await,
+        None => std::future::pending().await,
     }
 }

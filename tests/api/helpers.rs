@@ -258,6 +258,15 @@ pub async fn spawn_app_on(db: Arc<TestDatabase>) -> TestApp {
     start_app(db, |_| {}).await
 }
 
+/// Starts another application (replica) on an existing test database, with `configure` applied to its
+/// configuration (as the first one's, for a limit every replica must apply alike).
+pub async fn spawn_app_on_with(
+    db: Arc<TestDatabase>,
+    configure: impl FnOnce(&mut hivegate::config::Config),
+) -> TestApp {
+    start_app(db, configure).await
+}
+
 /// The configuration test applications start from: a fresh database's URL, listening on port 0 of loopback,
 /// [`OPERATOR_TOKEN`], rate limits far above what the stories send.
 pub fn test_config(db: &TestDatabase) -> hivegate::config::Config {
@@ -378,6 +387,14 @@ pub trait Api {
             .unwrap();
         let body = expect_json(response, StatusCode::CREATED).await;
         IssuedKey { id: str_of(&body, "id").to_owned(), key: str_of(&body, "key").to_owned() }
+    }
+
+    /// Issues a key for `agent` as the operator with `body` (`scopes`, `expiresAt`, `rateLimit`...); panics
+    /// unless 201. Returns the created key as the answer shows it.
+    async fn issue_key_with(&self, agent: &str, body: &Value) -> Value {
+        let response =
+            self.op(Method::POST, &format!("/admin/v1/agents/{agent}/keys")).json(body).send().await.unwrap();
+        expect_json(response, StatusCode::CREATED).await
     }
 
     /// Revokes a key as the operator; panics unless 204.

@@ -48,6 +48,8 @@ mod keys;
 mod limits;
 /// Clients for the live-update stories: SSE reading, legacy sessions, listen streams.
 mod live_client;
+/// A key's expiry ends its streams at that instant.
+mod live_expiry;
 /// Modern subscriptions/listen streams: acknowledgement, filter, tags, several listens, the server's end.
 mod live_listen;
 /// Live updates across two hivegate processes on one PostgreSQL database.
