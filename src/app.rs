@@ -83,7 +83,8 @@ impl Application {
         );
         let registry = Arc::new(registry.counting_lookups_in(metrics.cache_lookups.clone()));
         bus.add_hook(registry.clone());
-        let sessions = Arc::new(Sessions::new(store.clone(), Duration::from_secs(config.sessions.idle_timeout_secs)));
+        let idle = Duration::from_secs(config.sessions.idle_timeout_secs);
+        let sessions = Arc::new(Sessions::new(store.clone(), idle, config.sessions.max_per_key));
         bus.add_hook(sessions.clone());
         // Last: the hub wakes streams, which then read caches the hooks before it have already updated.
         let hub = Arc::new(Hub::new(store.clone(), &config.streams, metrics.clone()));

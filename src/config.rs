@@ -387,11 +387,14 @@ pub struct SessionsConfig {
     pub idle_timeout_secs: u64,
     /// URIs one session may subscribe to, and one `subscriptions/listen` may name.
     pub max_subscriptions: u32,
+    /// Live sessions one key may hold, on all replicas together (counted in the database); `initialize`
+    /// beyond it is 429. Ended and expired sessions do not count.
+    pub max_per_key: u32,
 }
 
 impl Default for SessionsConfig {
     fn default() -> Self {
-        Self { idle_timeout_secs: 30 * 60, max_subscriptions: 1000 }
+        Self { idle_timeout_secs: 30 * 60, max_subscriptions: 1000, max_per_key: 1000 }
     }
 }
 
@@ -718,7 +721,7 @@ impl Config {
                 message: format!("must be between 1 and {MAX_JSON_DEPTH}"),
             });
         }
-        let positive: [(&'static str, u64); 36] = [
+        let positive: [(&'static str, u64); 37] = [
             ("audit.queue_capacity", self.audit.queue_capacity as u64),
             ("audit.batch_size", self.audit.batch_size as u64),
             ("audit.flush_interval_ms", self.audit.flush_interval_ms),
@@ -751,6 +754,7 @@ impl Config {
             ("events.prune_interval_ms", self.events.prune_interval_ms),
             ("sessions.idle_timeout_secs", self.sessions.idle_timeout_secs),
             ("sessions.max_subscriptions", u64::from(self.sessions.max_subscriptions)),
+            ("sessions.max_per_key", u64::from(self.sessions.max_per_key)),
             ("streams.keep_alive_ms", self.streams.keep_alive_ms),
             ("streams.max_per_key", u64::from(self.streams.max_per_key)),
             ("streams.max_per_agent", u64::from(self.streams.max_per_agent)),

@@ -121,6 +121,8 @@ pub enum Limit {
     Streams,
     /// The URIs one session or listen may subscribe to (`sessions.max_subscriptions`).
     Subscriptions,
+    /// The live legacy sessions of one key (`sessions.max_per_key`, 429).
+    Sessions,
     /// The messages of one JSON-RPC batch, or the items of one admin batch.
     Batch,
     /// The size of a field a key writes (`limits.max_*_bytes`, `limits.max_prompt_arguments`; 413).
@@ -140,6 +142,7 @@ impl Limit {
             Limit::Template => "template",
             Limit::Streams => "streams",
             Limit::Subscriptions => "subscriptions",
+            Limit::Sessions => "sessions",
             Limit::Batch => "batch",
             Limit::Field => "field",
         }

@@ -73,6 +73,12 @@ pub enum McpError {
     /// Opening another SSE stream would exceed the limit for the key or the agent on this replica.
     #[error("too many open streams for this {scope} (the limit is {limit}); close one first")]
     TooManyStreams { scope: &'static str, limit: u32 },
+    /// Another legacy session would exceed the live sessions one key may hold (on every replica together).
+    #[error(
+        "too many sessions for this key (the limit is {limit}, sessions.max_per_key); end one with DELETE or \
+         let one expire"
+    )]
+    TooManySessions { limit: u32 },
     #[error("Invalid Request: the request body is larger than {limit} bytes (limits.max_body_bytes)")]
     BodyTooLarge { limit: usize },
     /// Arrays and objects nested deeper than `limits.max_json_depth`. -32600 rather than -32700: the body
@@ -141,7 +147,9 @@ impl McpError {
             McpError::Unavailable | McpError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE),
             McpError::MissingSession => (StatusCode::BAD_REQUEST, code::INVALID_REQUEST),
             McpError::UnknownSession => (StatusCode::NOT_FOUND, code::UNKNOWN_SESSION),
-            McpError::TooManyStreams { .. } => (StatusCode::TOO_MANY_REQUESTS, code::RATE_LIMITED),
+            McpError::TooManyStreams { .. } | McpError::TooManySessions { .. } => {
+                (StatusCode::TOO_MANY_REQUESTS, code::RATE_LIMITED)
+            }
             McpError::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, code::INVALID_REQUEST),
             McpError::JsonTooDeep { .. } | McpError::BatchTooLarge { .. } => {
                 (StatusCode::BAD_REQUEST, code::INVALID_REQUEST)
@@ -185,6 +193,7 @@ impl McpError {
             McpError::BatchTooLarge { .. } => Some(Limit::Batch),
             McpError::Timeout { .. } => Some(Limit::Timeout),
             McpError::TooManyStreams { .. } => Some(Limit::Streams),
+            McpError::TooManySessions { .. } => Some(Limit::Sessions),
             McpError::OverLimit { limit, .. } => Some(*limit),
             _ => None,
         }
@@ -202,6 +211,7 @@ impl McpError {
                 Some(json!({ "retryAfterMs": retry_after_ms, "reason": "failedAuthentications" }))
             }
             McpError::TooManyStreams { scope, limit } => Some(json!({ "limit": limit, "per": scope })),
+            McpError::TooManySessions { limit } => Some(json!({ "limit": limit, "per": "key" })),
             McpError::BodyTooLarge { limit }
             | McpError::JsonTooDeep { limit }
             | McpError::UriTooLong { limit }

@@ -20,7 +20,7 @@ use crate::domain::model::KeyRecord;
 use crate::domain::session::{Session, SessionDigest, SessionToken};
 use crate::domain::time::Timestamp;
 use crate::events::{BusHook, BusMessage, CacheGate};
-use crate::store::{Store, StoreError, StoreResult};
+use crate::store::{Store, StoreError};
 
 /// Sessions kept in memory at most; beyond this they are dropped and reloaded on demand.
 const MAX_CACHED: usize = 100_000;
@@ -31,6 +31,8 @@ const MAX_TOUCH_INTERVAL: Duration = Duration::from_secs(60);
 pub struct Sessions {
     store: Arc<dyn Store>,
     idle: Duration,
+    /// Live sessions one key may hold (`sessions.max_per_key`), counted in the database.
+    max_per_key: u32,
     touch_every: Duration,
     /// Sessions seen here, by digest: looked up by every request that names one. A sharded map, since many
     /// requests look up at once; no entry is held across an `.await`.
@@ -45,11 +47,12 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    pub fn new(store: Arc<dyn Store>, idle: Duration) -> Self {
+    pub fn new(store: Arc<dyn Store>, idle: Duration, max_per_key: u32) -> Self {
         let touch_every = (idle / 4).min(MAX_TOUCH_INTERVAL);
         Self {
             store,
             idle,
+            max_per_key,
             touch_every,
             entries: FastMap::default(),
             touched: FastMap::default(),
@@ -62,8 +65,10 @@ impl Sessions {
         i64::try_from(self.idle.as_micros()).unwrap_or(i64::MAX)
     }
 
-    /// Issues a session for `key` on `agent`, negotiated at `version`; the token goes back to the client.
-    pub async fn create(&self, agent: &AgentId, key: &KeyRecord, version: &str) -> StoreResult<SessionToken> {
+    /// Issues a session for `key` on `agent`, negotiated at `version`; the token goes back to the client. A
+    /// key that already holds `sessions.max_per_key` live sessions (on any replica) is refused with
+    /// [`McpError::TooManySessions`]; ended and expired ones do not count.
+    pub async fn create(&self, agent: &AgentId, key: &KeyRecord, version: &str) -> Result<SessionToken, McpError> {
         let token = SessionToken::generate();
         let now = Timestamp::now();
         let session = Session {
@@ -74,7 +79,10 @@ impl Sessions {
             last_seen_at: now,
             created_at: now,
         };
-        self.store.create_session(&session).await?;
+        let live_since = Timestamp::from_micros(now.as_micros().saturating_sub(self.idle_micros()));
+        if !self.store.create_session(&session, self.max_per_key, live_since).await? {
+            return Err(McpError::TooManySessions { limit: self.max_per_key });
+        }
         self.touched.insert(session.digest.clone(), Instant::now());
         self.entries.insert(session.digest.clone(), Arc::new(session));
         Ok(token)

@@ -269,8 +269,11 @@ pub trait Store: Send + Sync + 'static {
         sessions_idle_before: Timestamp,
     ) -> StoreResult<Pruned>;
 
-    /// Stores a new legacy session; `NotFound` when its agent or key no longer exists.
-    async fn create_session(&self, session: &Session) -> StoreResult<()>;
+    /// Stores a new legacy session unless its key already holds `max_per_key` live ones (last seen at or
+    /// after `live_since`; expired ones do not count): `false` then, and nothing is stored. Counted and added
+    /// in one transaction that concurrent creations for the same key wait on, on every replica. `NotFound`
+    /// when its agent or key no longer exists.
+    async fn create_session(&self, session: &Session, max_per_key: u32, live_since: Timestamp) -> StoreResult<bool>;
     async fn get_session(&self, digest: &SessionDigest) -> StoreResult<Option<Session>>;
     /// Records use of the session at `at` (callers write it at most once a minute per session).
     async fn touch_session(&self, digest: &SessionDigest, at: Timestamp) -> StoreResult<()>;

@@ -93,6 +93,8 @@ mod readme;
 mod replicas;
 /// Resources: text and blob content, validation, round trips.
 mod resources;
+/// Live legacy sessions per key are capped.
+mod session_cap;
 /// Resource templates: RFC 6570 and their optional MiniJinja text.
 mod templates;
 /// Native TLS: certificates served and reloaded, start-up errors, slow handshakes, the health check.

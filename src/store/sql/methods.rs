@@ -1072,8 +1072,13 @@ macro_rules! impl_store_methods {
             }
 
             #[tracing::instrument(skip_all, fields(agent = %session.agent_id, session = %session.digest))]
-            async fn create_session(&self, session: &Session) -> StoreResult<()> {
-                self.sql_create_session(session).await
+            async fn create_session(
+                &self,
+                session: &Session,
+                max_per_key: u32,
+                live_since: Timestamp,
+            ) -> StoreResult<bool> {
+                self.sql_create_session(session, max_per_key, live_since).await
             }
 
             #[tracing::instrument(skip_all, fields(session = %digest))]

@@ -43,8 +43,32 @@ impl SessionRow {
 macro_rules! impl_session_sql {
     ($store:ty, $db:ty) => {
         impl $store {
-            async fn sql_create_session(&self, session: &Session) -> StoreResult<()> {
+            async fn sql_create_session(
+                &self,
+                session: &Session,
+                max_per_key: u32,
+                live_since: Timestamp,
+            ) -> StoreResult<bool> {
                 let mut tx = self.begin_write().await?;
+                // Sessions of one key are counted and added one transaction at a time, on every replica: a
+                // no-op update locks the key's row in PostgreSQL (SQLite's writer is one already), so two
+                // `initialize`s of one key cannot both see room for one more.
+                sqlx::query::<$db>("update api_key set updated_at = updated_at where api_key_id = $1")
+                    .bind(session.key_id.as_str())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(Self::error)?;
+                let live = sqlx::query_scalar::<$db, i64>(
+                    "select count(*) from session where api_key_id = $1 and last_seen_at >= $2",
+                )
+                .bind(session.key_id.as_str())
+                .bind(live_since.as_micros())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(Self::error)?;
+                if live >= i64::from(max_per_key) {
+                    return Ok(false);
+                }
                 // An agent or key that no longer exists violates a foreign key: `NotFound`.
                 sqlx::query::<$db>(
                     "insert into session (session_id, agent_id, api_key_id, protocol_version, last_seen_at, \
@@ -59,7 +83,8 @@ macro_rules! impl_session_sql {
                 .execute(&mut *tx)
                 .await
                 .map_err(Self::error)?;
-                self.commit(tx, Vec::new()).await
+                self.commit(tx, Vec::new()).await?;
+                Ok(true)
             }
 
             async fn sql_get_session(&self, digest: &SessionDigest) -> StoreResult<Option<Session>> {
