@@ -2,15 +2,16 @@
 //! address. Limits are kept in this replica's memory: with `n` replicas behind a load balancer a client
 //! can get up to `n` times a limit, and the answers say so (`Hivegate-RateLimit-Scope: replica`). An agent's
 //! or a key's own `rateLimit` with `"shared": true` is instead counted in the database by every replica
-//! together ([`crate::store::Store::take_shared_token`]: one atomic upsert per request, exact across
+//! together ([`crate::store::Store::take_shared_token`]: one atomic upsert per token, exact across
 //! replicas), and then the answers say `Hivegate-RateLimit-Scope: shared`.
 //!
 //! - MCP (`/{agent_id}/mcp`, every method): after the key and the agent are known (the contract's order of
-//!   checks), one token per HTTP request from the key's bucket (the key's `rateLimit`, else
+//!   checks), one token per JSON-RPC message from the key's bucket (the key's `rateLimit`, else
 //!   `rate_limits.key_*`) and then from the agent's, shared by all its keys (the agent's `rateLimit`, else
-//!   `rate_limits.agent_*`). A refusal is `McpError::RateLimited` (429, `Retry-After`, -31429 with
-//!   `data.retryAfterMs`); a shared bucket the database cannot answer for is `McpError::Unavailable` (503):
-//!   an exact limit fails closed.
+//!   `rate_limits.agent_*`): an HTTP request takes one before its body is read, and each further message of
+//!   a batch one more as it is served (`crate::mcp::transport`). A refusal is `McpError::RateLimited` (429,
+//!   `Retry-After`, -31429 with `data.retryAfterMs`; inside a batch, the refused messages' errors); a shared
+//!   bucket the database cannot answer for is `McpError::Unavailable` (503): an exact limit fails closed.
 //! - Costly methods, per key and apart from the request limits (`rate_limits.prompts_get_*`,
 //!   `completion_*`, `read_bytes_*`; off by default): a token per `prompts/get` or `completion/complete`,
 //!   and a byte budget for `resources/read` answers (admitted while not overdrawn, charged with the answer's
@@ -114,7 +115,7 @@ impl Guard {
         }
     }
 
-    /// One MCP request of `key` to `agent`: a token from the key's bucket, then from the agent's; a shared
+    /// One MCP message of `key` to `agent`: a token from the key's bucket, then from the agent's; a shared
     /// bucket is asked in `store`.
     pub async fn mcp(&self, key: &KeyRecord, agent: &Agent, store: &dyn Store) -> StoreResult<Verdict> {
         let (key_limit, key_shared) = own_or(key.rate_limit.as_ref(), self.key_limit);

@@ -39,7 +39,7 @@ const CHALLENGE: &str = "Bearer realm=\"hivegate\"";
 /// Seconds a client should wait before retrying while the database is unreachable.
 const UNAVAILABLE_RETRY_AFTER_SECS: &str = "1";
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum McpError {
     #[error("Forbidden: {0}")]
     OriginNotAllowed(String),

@@ -28,6 +28,8 @@
 
 /// One audit record per MCP request that passed authentication.
 pub mod audit;
+/// JSON-RPC batches: a rate-limit token per message.
+pub mod batch;
 /// Method table and the context methods apply against.
 pub mod dispatch;
 /// Era detection and the modern envelope and header checks.

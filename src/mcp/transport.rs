@@ -43,15 +43,19 @@ use crate::http::auth::{KeyCache, KeyError, is_key_of};
 use crate::metrics::Refused;
 use crate::state::AppState;
 
-/// Requests one batch may hold; a larger batch is -32600 (a batch is answered in one response).
-const MAX_BATCH: usize = 100;
-
 /// A request that passed the gate: the agent it is for, and the key it came with (never logged).
 pub(super) struct Admitted {
     pub agent: Arc<Agent>,
     pub key: Arc<KeyRecord>,
     /// Where the rate-limit fields of the answer are left (a costly method's refusal replaces them).
     pub slot: Option<RateLimitSlot>,
+}
+
+impl Admitted {
+    /// The context a method of this request applies against, with its legacy `session` and its `era`.
+    pub(super) fn context<'a>(&'a self, state: &'a AppState, session: Option<Arc<Session>>, era: Era) -> Context<'a> {
+        Context { state, agent: self.agent.clone(), key: &self.key, session, era, slot: self.slot.as_ref() }
+    }
 }
 
 /// Every request to `/{agent_id}/mcp`: the failed-authentication guard and the `RateLimit*` fields
@@ -120,7 +124,7 @@ pub async fn post(
             let methods: Vec<&str> =
                 messages.iter().filter_map(|m| m.as_ref().ok()).filter_map(Message::method).collect();
             let trail = Trail::new(&admitted, headers, "batch", &methods.join(","));
-            trail.attach(batch(&state, admitted, headers, messages).await)
+            trail.attach(super::batch::answer(&state, admitted, headers, messages).await)
         }
         Err(error) => unparsed(&admitted).attach(error.into_http(None)),
     }
@@ -157,22 +161,30 @@ pub(super) async fn admit(
     if !key.has_scope(Scope::Mcp) {
         return Err(McpError::Forbidden("the key does not have scope mcp"));
     }
-    rate_limit(state, parts, &key, &agent).await?;
-    Ok(Admitted { agent, key, slot: parts.extensions.get::<RateLimitSlot>().cloned() })
+    let slot = parts.extensions.get::<RateLimitSlot>();
+    rate_limit(state, slot, &key, &agent).await.map_err(|(error, _)| error)?;
+    Ok(Admitted { agent, key, slot: slot.cloned() })
 }
 
-/// One token per HTTP request from the key's bucket and from the agent's, which all its keys share
-/// ([`crate::guard`]); refusal is `McpError::RateLimited` (429 + `Retry-After`, -31429), a shared bucket the
-/// database cannot answer for `McpError::Unavailable` (503). Allowed or not, the `RateLimit*` fields are left
-/// for the guard's middleware to put on the answer.
-async fn rate_limit(state: &AppState, parts: &Parts, key: &KeyRecord, agent: &Agent) -> Result<(), McpError> {
+/// One token from the key's bucket and from the agent's, which all its keys share ([`crate::guard`]): for
+/// each HTTP request, and for each further message of a batch. Refusal is `McpError::RateLimited` (429 +
+/// `Retry-After`, -31429) with the refusing policy, a shared bucket the database cannot answer for
+/// `McpError::Unavailable` (503). Allowed or not, the `RateLimit*` fields are left in `slot` for the guard's
+/// middleware to put on the answer.
+pub(super) async fn rate_limit(
+    state: &AppState,
+    slot: Option<&RateLimitSlot>,
+    key: &KeyRecord,
+    agent: &Agent,
+) -> Result<(), (McpError, Option<&'static str>)> {
     let verdict = state.guard.mcp(key, agent, state.store.as_ref()).await.map_err(|error| {
         tracing::warn!(%error, "shared rate limit unavailable");
-        McpError::Unavailable
+        (McpError::Unavailable, None)
     })?;
+    let policy = verdict.refused_by;
     verdict
-        .settle(&parts.extensions, &state.metrics)
-        .map_err(|wait| McpError::RateLimited { retry_after_ms: crate::guard::millis_up(wait) })
+        .settle_in(slot, &state.metrics)
+        .map_err(|wait| (McpError::RateLimited { retry_after_ms: crate::guard::millis_up(wait) }, policy))
 }
 
 /// Any other HTTP method on `/{agent_id}/mcp`: 405 with `Allow` and a JSON-RPC error body, so that a curl user
@@ -224,14 +236,7 @@ async fn single(
         Ok(checked) => checked,
         Err(error) => return error.into_http(message.id()),
     };
-    let ctx = Context {
-        state,
-        agent: admitted.agent.clone(),
-        key: &admitted.key,
-        session,
-        era,
-        slot: admitted.slot.as_ref(),
-    };
+    let ctx = admitted.context(state, session, era);
     let call = match message {
         Message::Response => return accepted(),
         Message::Notification(call) => {
@@ -333,90 +338,13 @@ async fn listen(
     }
 }
 
-/// A 2025-03-26 batch: every request answered in one JSON array, in order; notifications and responses
-/// get no entry; a batch of only those is 202.
-async fn batch(
-    state: &AppState,
-    admitted: Admitted,
-    headers: &HeaderMap,
-    messages: Vec<Result<Message, Malformed>>,
-) -> Response {
-    if messages.len() > MAX_BATCH {
-        return McpError::BatchTooLarge { max: MAX_BATCH }.into_http(None);
-    }
-    let era = match era::detect_batch(headers, &messages) {
-        Ok(era) => era,
-        Err(error) => return error.into_http(None),
-    };
-    let format = match reply_format(headers) {
-        Ok(format) => format,
-        Err(error) => return error.into_http(None),
-    };
-    let session = match state.sessions.resolve(headers, &admitted.agent.id, &admitted.key).await {
-        Ok(session) => session,
-        Err(error) => return error.into_http(None),
-    };
-    let ctx = Context {
-        state,
-        agent: admitted.agent.clone(),
-        key: &admitted.key,
-        session,
-        era,
-        slot: admitted.slot.as_ref(),
-    };
-    let mut answers = Vec::new();
-    for message in messages {
-        match message {
-            Err(Malformed { id, error }) => answers.push(jsonrpc::failure(id.as_ref(), &error)),
-            Ok(Message::Response) => {}
-            Ok(Message::Notification(call)) => {
-                let (span, _) = span::of_call(&call, "legacy");
-                span.in_scope(|| dispatch::notify(&ctx, &call));
-            }
-            Ok(Message::Request(call)) => {
-                let Some(id) = call.id.as_ref() else { continue };
-                let answer = if Method::lookup(&call.method, era, false) == Some(Method::Initialize) {
-                    let error = McpError::InvalidRequest("initialize must not be part of a batch".to_owned());
-                    jsonrpc::failure(Some(id), &error)
-                } else {
-                    let (span, _) = span::of_call(&call, "legacy");
-                    match dispatch::call(&ctx, &call).instrument(span).await {
-                        Ok(result) => jsonrpc::success(id, &result),
-                        Err(error) => {
-                            // One answer holds every item: a refused item is counted here.
-                            if let Some(limit) = error.limit() {
-                                state.metrics.refused(limit);
-                            }
-                            jsonrpc::failure(Some(id), &error)
-                        }
-                    }
-                };
-                answers.push(answer);
-            }
-        }
-    }
-    if answers.is_empty() {
-        return accepted();
-    }
-    let mut body = Vec::with_capacity(answers.iter().map(Vec::len).sum::<usize>() + answers.len() + 1);
-    body.push(b'[');
-    for (index, answer) in answers.iter().enumerate() {
-        if index > 0 {
-            body.push(b',');
-        }
-        body.extend_from_slice(answer);
-    }
-    body.push(b']');
-    reply(format, body)
-}
-
 /// 202 Accepted, no body: the answer to notifications and client responses.
-fn accepted() -> Response {
+pub(super) fn accepted() -> Response {
     StatusCode::ACCEPTED.into_response()
 }
 
 /// A 200 answer in the negotiated format: a JSON body, or an event stream whose one event is the answer.
-fn reply(format: ReplyFormat, json: Vec<u8>) -> Response {
+pub(super) fn reply(format: ReplyFormat, json: Vec<u8>) -> Response {
     match format {
         ReplyFormat::Json => {
             (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], json)

@@ -32,6 +32,8 @@ mod audit;
 mod auth;
 /// Batches apply all or nothing.
 mod batch;
+/// A JSON-RPC batch takes a rate-limit token per message.
+mod batch_tokens;
 /// The admin API client commands of the binary.
 mod cli;
 /// Fault injection between hivegate and PostgreSQL.
