@@ -1,13 +1,19 @@
-//! One audit record per MCP request that passed authentication: who asked what, and how it went.
+//! One audit record per MCP request that passed authentication, and one per message of a batch: who asked
+//! what, and how it went.
 //!
 //! The handlers know the agent, key, method and target; they attach them to the response as a [`Trail`]
-//! (and every JSON-RPC error attaches its [`ErrorCode`]). [`record`], run around every handler of the endpoint,
-//! knows the rest (time, latency, client address, user agent, request and trace ids, bytes sent) and hands
-//! the finished record to the batching writer ([`crate::audit`]). Requests refused before the key was
-//! accepted carry no trail: they belong to no agent's chain (they are counted in metrics and logs).
+//! (and every JSON-RPC error attaches its [`ErrorCode`]); a batch's trail holds an [`Item`] per message, with
+//! the message's own method, target, outcome, time, latency and bytes. [`record`], run around every handler
+//! of the endpoint, knows the rest (time, latency, client address, user agent, request and trace ids, bytes
+//! sent) and hands the finished records to the batching writer ([`crate::audit`]).
+//!
+//! Refusals after the key and the agent are known are recorded too: a key of another agent (403, in the
+//! path's agent's log, the key's own agent named in `target` as `agent:<id>`), a key without scope `mcp`
+//! (403) and the rate limit (429). Requests refused before that (no or a bad key, an unknown agent, a refused
+//! `Origin`) carry no trail: they belong to no agent's chain (they are counted in metrics and logs).
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::HttpBody as _;
 use axum::extract::{ConnectInfo, Request};
@@ -19,7 +25,7 @@ use super::dispatch::Method;
 use super::jsonrpc::Call;
 use super::transport::Admitted;
 use super::types::header as mcp_header;
-use crate::domain::model::{AuditRecord, AuditText};
+use crate::domain::model::{Agent, AuditRecord, AuditText, KeyRecord};
 use crate::domain::session::SessionToken;
 use crate::domain::time::Timestamp;
 use crate::http::REQUEST_ID;
@@ -46,20 +52,27 @@ pub struct Trail {
     metric_method: &'static str,
     /// The trace of the message's `_meta` ([`super::span`]), which wins over the `traceparent` header.
     trace_id: Option<String>,
+    /// A batch's messages, a record each; empty for anything else (one record for the request).
+    items: Vec<Item>,
 }
 
 impl Trail {
     /// A trail for a request of `admitted` to `method` on `target`.
     pub(super) fn new(admitted: &Admitted, headers: &HeaderMap, method: &str, target: &str) -> Self {
+        Self::of(&admitted.agent, &admitted.key, headers, method, target)
+    }
+
+    /// A trail for a request of `key` to `agent`'s endpoint (the key may belong to another agent: a refusal).
+    pub(super) fn of(agent: &Agent, key: &KeyRecord, headers: &HeaderMap, method: &str, target: &str) -> Self {
         let session = headers
             .get(mcp_header::SESSION_ID)
             .and_then(|value| value.to_str().ok())
             .and_then(SessionToken::parse)
             .map(|token| AuditText::from(token.digest().as_str()));
         Self {
-            agent_id: admitted.agent.id.as_str().into(),
-            key_id: admitted.key.id.as_str().into(),
-            key_prefix: admitted.key.prefix.as_str().into(),
+            agent_id: agent.id.as_str().into(),
+            key_id: key.id.as_str().into(),
+            key_prefix: key.prefix.as_str().into(),
             session,
             method: cut(method),
             target: cut(target),
@@ -71,7 +84,14 @@ impl Trail {
                 name => Method::label(name),
             },
             trace_id: None,
+            items: Vec::new(),
         }
+    }
+
+    /// The records of a batch: one for each of `items`, instead of one for the request.
+    pub(super) fn with_items(mut self, items: Vec<Item>) -> Self {
+        self.items = items;
+        self
     }
 
     /// Records the trace of the message's `_meta`, when it carries one.
@@ -110,6 +130,46 @@ impl Trail {
 #[derive(Debug, Clone, Copy)]
 pub struct ErrorCode(pub i32);
 
+/// One message of a batch as its record shows it: its own method and target, when it was handled and how
+/// long that took, its error code and the bytes of its answer.
+#[derive(Debug, Clone)]
+pub struct Item {
+    method: AuditText,
+    target: AuditText,
+    trace_id: Option<String>,
+    occurred_at: Timestamp,
+    started: Instant,
+    latency: Duration,
+    error_code: Option<i32>,
+    bytes_out: usize,
+}
+
+impl Item {
+    /// A message about to be handled: `call` (none for a client's response or a malformed message, whose
+    /// method is `-`), with the trace of its `_meta`.
+    pub(super) fn start(call: Option<&Call>, parent: Option<&TraceParent>) -> Self {
+        Self {
+            method: cut(call.map_or("-", |call| &call.method)),
+            target: cut(call.map_or("", target_of)),
+            trace_id: parent.map(TraceParent::trace_id_hex),
+            occurred_at: Timestamp::now(),
+            started: Instant::now(),
+            latency: Duration::ZERO,
+            error_code: None,
+            bytes_out: 0,
+        }
+    }
+
+    /// The message was handled: answered with `answer` (none for a notification), an error when
+    /// `error_code` is set.
+    pub(super) fn finish(mut self, error_code: Option<i32>, answer: Option<&[u8]>) -> Self {
+        self.latency = self.started.elapsed();
+        self.error_code = error_code;
+        self.bytes_out = answer.map_or(0, <[u8]>::len);
+        self
+    }
+}
+
 /// What a call names: `uri` (resources, subscriptions), `name` (prompts), the `ref` of a completion.
 fn target_of(call: &Call) -> &str {
     let Some(params) = call.params_object() else { return "" };
@@ -144,6 +204,27 @@ fn cut(value: &str) -> AuditText {
     first_chars(&kept.replace('\0', "\\u0000")).into()
 }
 
+/// A `User-Agent` as the record stores it: as sent when it is visible ASCII (the usual case); otherwise with
+/// every byte outside printable ASCII written as `\xNN` and `\` as `\\`, so that a non-ASCII agent (which
+/// HTTP allows as opaque bytes, and is usually UTF-8) is kept rather than lost. Cut like the other fields.
+fn user_agent_text(value: &axum::http::HeaderValue) -> AuditText {
+    if let Ok(text) = value.to_str() {
+        return cut(text);
+    }
+    let mut escaped = String::with_capacity(value.len() * 2);
+    for &byte in value.as_bytes() {
+        match byte {
+            b'\\' => escaped.push_str("\\\\"),
+            0x20..=0x7e => escaped.push(char::from(byte)),
+            _ => {
+                use std::fmt::Write as _;
+                let _ = write!(escaped, "\\x{byte:02x}");
+            }
+        }
+    }
+    cut(&escaped)
+}
+
 /// `address` as the record stores it. An IPv4 address is written octet by octet: `Ipv4Addr`'s `Display` goes
 /// through `Formatter::pad`, about 1,300 instructions for every request's record. IPv6 keeps its own
 /// `Display` (the shortest form, RFC 5952).
@@ -175,7 +256,7 @@ where
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(peer)| address_text(state.guard.client_ip(peer.ip(), headers)));
-    let user_agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).map(cut);
+    let user_agent = headers.get(header::USER_AGENT).map(user_agent_text);
     let request_id = headers.get(REQUEST_ID).and_then(|v| v.to_str().ok()).map(cut);
     // The trace the request span joined; a message's `_meta` overrides it below.
     let trace_id = TraceParent::from_headers(headers).map(|parent| parent.trace_id_hex());
@@ -195,31 +276,98 @@ where
     if !state.config.audit.mcp_requests {
         return response;
     }
-    // Streams (SSE) have no size yet when answered.
-    let bytes_out = response.body().size_hint().exact().and_then(|bytes| i64::try_from(bytes).ok());
-    state.audit.record(AuditRecord {
-        id: AuditText::from(&*uuid::Uuid::now_v7().hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer())),
+    let common = Common {
         agent_id: trail.agent_id,
-        occurred_at,
-        kind: AuditText::const_new("mcp"),
-        actor: compact_str::format_compact!("key:{}", trail.key_id),
-        action: trail.method.clone(),
-        target: trail.target,
+        key_id: trail.key_id,
+        key_prefix: trail.key_prefix,
+        session: trail.session,
         request_id,
-        key_id: Some(trail.key_id),
-        key_prefix: Some(trail.key_prefix),
-        session_id: trail.session,
-        method: Some(trail.method),
-        outcome: Some(AuditText::const_new(outcome)),
-        error_code,
-        bytes_out,
-        latency_us: Some(i64::try_from(elapsed.as_micros()).unwrap_or(i64::MAX)),
         client_ip,
         user_agent,
-        trace_id: trace_id.map(Into::into),
-        ..AuditRecord::default()
-    });
+    };
+    if !trail.items.is_empty() {
+        // A batch: a record per message (the answer's status is the batch's; each message has its own code).
+        for item in trail.items {
+            let entry = Entry {
+                occurred_at: item.occurred_at,
+                method: item.method,
+                target: item.target,
+                is_ok: item.error_code.is_none(),
+                error_code: item.error_code,
+                bytes_out: i64::try_from(item.bytes_out).ok(),
+                latency: item.latency,
+                trace_id: item.trace_id.or_else(|| trace_id.clone()),
+            };
+            state.audit.record(common.clone().record(entry));
+        }
+        return response;
+    }
+    // Streams (SSE) have no size yet when answered.
+    let bytes_out = response.body().size_hint().exact().and_then(|bytes| i64::try_from(bytes).ok());
+    let entry = Entry {
+        occurred_at,
+        method: trail.method,
+        target: trail.target,
+        is_ok,
+        error_code,
+        bytes_out,
+        latency: elapsed,
+        trace_id,
+    };
+    state.audit.record(common.record(entry));
     response
+}
+
+/// What every record of one HTTP request shares.
+#[derive(Clone)]
+struct Common {
+    agent_id: AuditText,
+    key_id: AuditText,
+    key_prefix: AuditText,
+    session: Option<AuditText>,
+    request_id: Option<AuditText>,
+    client_ip: Option<AuditText>,
+    user_agent: Option<AuditText>,
+}
+
+/// What one record says of its request or batch message.
+struct Entry {
+    occurred_at: Timestamp,
+    method: AuditText,
+    target: AuditText,
+    is_ok: bool,
+    error_code: Option<i32>,
+    bytes_out: Option<i64>,
+    latency: Duration,
+    trace_id: Option<String>,
+}
+
+impl Common {
+    fn record(self, entry: Entry) -> AuditRecord {
+        let outcome = if entry.is_ok { "ok" } else { "error" };
+        AuditRecord {
+            id: AuditText::from(&*uuid::Uuid::now_v7().hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer())),
+            agent_id: self.agent_id,
+            occurred_at: entry.occurred_at,
+            kind: AuditText::const_new("mcp"),
+            actor: compact_str::format_compact!("key:{}", self.key_id),
+            action: entry.method.clone(),
+            target: entry.target,
+            request_id: self.request_id,
+            key_id: Some(self.key_id),
+            key_prefix: Some(self.key_prefix),
+            session_id: self.session,
+            method: Some(entry.method),
+            outcome: Some(AuditText::const_new(outcome)),
+            error_code: entry.error_code,
+            bytes_out: entry.bytes_out,
+            latency_us: Some(i64::try_from(entry.latency.as_micros()).unwrap_or(i64::MAX)),
+            client_ip: self.client_ip,
+            user_agent: self.user_agent,
+            trace_id: entry.trace_id.map(Into::into),
+            ..AuditRecord::default()
+        }
+    }
 }
 
 #[cfg(test)]
@@ -254,6 +402,17 @@ mod tests {
         assert_eq!(cut(&call.method), "resources/read\\u0000");
         let escaped = cut(&"\0".repeat(MAX_FIELD_CHARS));
         assert_eq!(escaped.chars().count(), MAX_FIELD_CHARS, "the limit holds after escaping");
+    }
+
+    #[test]
+    fn user_agents_that_are_not_visible_ascii_are_escaped() {
+        let agent = |bytes: &[u8]| user_agent_text(&axum::http::HeaderValue::from_bytes(bytes).expect("a value"));
+        assert_eq!(agent(b"curl/8.5.0 (x\\y)"), "curl/8.5.0 (x\\y)", "visible ASCII is kept as sent");
+        assert_eq!(agent("Ünï\\bot".as_bytes()), "\\xc3\\x9cn\\xc3\\xaf\\\\bot");
+        assert_eq!(agent(b"a\tb\xff"), "a\\x09b\\xff");
+        let long = agent(&[0xe9; MAX_FIELD_CHARS]);
+        assert_eq!(long.chars().count(), MAX_FIELD_CHARS, "cut like the other fields");
+        assert!(long.starts_with("\\xe9\\xe9"));
     }
 
     #[test]

@@ -1,13 +1,17 @@
 //! JSON-RPC batches (2025-03-26 only, [`super::era::detect_batch`]): at most [`MAX_BATCH`] messages answered
 //! in one response, in order.
 //!
-//! Each message is a request of its own as far as rate limits are concerned: it takes a token from the key's
-//! and the agent's buckets ([`Tokens`]; the first message has the HTTP request's).
+//! Each message is a request of its own as far as limits and the audit log are concerned: it takes a
+//! rate-limit token from the key's and the agent's buckets ([`Tokens`]; the first message has the HTTP
+//! request's), and it gets an audit record of its own ([`Item`]) with its method, target, outcome, time,
+//! latency and bytes. A batch refused as a whole (too many messages, wrong era, a bad session or `Accept`)
+//! is one answer and one record.
 
 use axum::http::HeaderMap;
 use axum::response::Response;
 use tracing::Instrument as _;
 
+use super::audit::Item;
 use super::dispatch::{self, Context, Method};
 use super::era::{self, Era};
 use super::error::McpError;
@@ -21,14 +25,15 @@ use crate::state::AppState;
 const MAX_BATCH: usize = 100;
 
 /// Answers a batch: every request in one JSON array, in order; notifications and responses get no entry; a
-/// batch of only those is 202. Each message takes a rate-limit token ([`Tokens`]).
+/// batch of only those is 202. Each message takes a rate-limit token ([`Tokens`]). Returns the answer and the
+/// audit item of each message handled (none when the batch is refused as a whole).
 pub(super) async fn answer(
     state: &AppState,
     admitted: Admitted,
     headers: &HeaderMap,
     messages: Vec<Result<Message, Malformed>>,
-) -> Response {
-    let whole = |error: McpError| error.into_http(None);
+) -> (Response, Vec<Item>) {
+    let whole = |error: McpError| (error.into_http(None), Vec::new());
     if messages.len() > MAX_BATCH {
         return whole(McpError::BatchTooLarge { max: MAX_BATCH });
     }
@@ -47,24 +52,30 @@ pub(super) async fn answer(
     let ctx = admitted.context(state, session, era);
     let mut tokens = Tokens { state, admitted: &admitted, is_first: true, refusal: None };
     let mut answers = Vec::new();
+    let mut items = Vec::with_capacity(messages.len());
     for message in messages {
-        let span = match &message {
-            Ok(Message::Request(call) | Message::Notification(call)) => span::of_call(call, "legacy").0,
-            Ok(Message::Response) | Err(_) => tracing::Span::none(),
+        let (span, parent) = match &message {
+            Ok(Message::Request(call) | Message::Notification(call)) => span::of_call(call, "legacy"),
+            Ok(Message::Response) | Err(_) => (tracing::Span::none(), None),
         };
-        let answer = match tokens.take().await {
+        let item = Item::start(message.as_ref().ok().and_then(Message::call), parent.as_ref());
+        let (answer, code) = match tokens.take().await {
             Ok(()) => handle(&ctx, era, message).instrument(span).await,
             // A refused message is not handled: a request is answered with the refusal, anything else dropped.
-            Err(error) => match &message {
-                Ok(Message::Request(call)) => call.id.as_ref().map(|id| jsonrpc::failure(Some(id), &error)),
-                Err(Malformed { id, .. }) => Some(jsonrpc::failure(id.as_ref(), &error)),
-                Ok(Message::Notification(_) | Message::Response) => None,
-            },
+            Err(error) => {
+                let answer = match &message {
+                    Ok(Message::Request(call)) => call.id.as_ref().map(|id| jsonrpc::failure(Some(id), &error)),
+                    Err(Malformed { id, .. }) => Some(jsonrpc::failure(id.as_ref(), &error)),
+                    Ok(Message::Notification(_) | Message::Response) => None,
+                };
+                (answer, Some(error.code()))
+            }
         };
+        items.push(item.finish(code, answer.as_deref()));
         answers.extend(answer);
     }
     if answers.is_empty() {
-        return accepted();
+        return (accepted(), items);
     }
     let mut body = Vec::with_capacity(answers.iter().map(Vec::len).sum::<usize>() + answers.len() + 1);
     body.push(b'[');
@@ -75,34 +86,35 @@ pub(super) async fn answer(
         body.extend_from_slice(answer);
     }
     body.push(b']');
-    reply(format, body)
+    (reply(format, body), items)
 }
 
-/// The answer to one message of a batch (none for a notification or a client's response).
-async fn handle(ctx: &Context<'_>, era: Era, message: Result<Message, Malformed>) -> Option<Vec<u8>> {
+/// The answer to one message of a batch (none for a notification or a client's response), and its error
+/// code.
+async fn handle(ctx: &Context<'_>, era: Era, message: Result<Message, Malformed>) -> (Option<Vec<u8>>, Option<i32>) {
     let call = match message {
-        Err(Malformed { id, error }) => return Some(jsonrpc::failure(id.as_ref(), &error)),
-        Ok(Message::Response) => return None,
+        Err(Malformed { id, error }) => return (Some(jsonrpc::failure(id.as_ref(), &error)), Some(error.code())),
+        Ok(Message::Response) => return (None, None),
         Ok(Message::Notification(call)) => {
             dispatch::notify(ctx, &call);
-            return None;
+            return (None, None);
         }
         Ok(Message::Request(call)) => call,
     };
-    let id = call.id.as_ref()?;
+    let Some(id) = call.id.as_ref() else { return (None, None) };
     let result = if Method::lookup(&call.method, era, false) == Some(Method::Initialize) {
         Err(McpError::InvalidRequest("initialize must not be part of a batch".to_owned()))
     } else {
         dispatch::call(ctx, &call).await
     };
     match result {
-        Ok(result) => Some(jsonrpc::success(id, &result)),
+        Ok(result) => (Some(jsonrpc::success(id, &result)), None),
         Err(error) => {
             // One answer holds every item: a refused item is counted here.
             if let Some(limit) = error.limit() {
                 ctx.state.metrics.refused(limit);
             }
-            Some(jsonrpc::failure(Some(id), &error))
+            (Some(jsonrpc::failure(Some(id), &error)), Some(error.code()))
         }
     }
 }

@@ -41,9 +41,9 @@ pub async fn get(
     request: Request,
 ) -> Response {
     let (parts, _) = request.into_parts();
-    let admitted = match admit(&state, path, &parts).await {
+    let admitted = match admit(&state, path, &parts, "GET").await {
         Ok(admitted) => admitted,
-        Err(error) => return error.into_http(None),
+        Err(refusal) => return refusal.into_http(),
     };
     let trail = Trail::new(&admitted, &parts.headers, "GET", "");
     trail.attach(match open(&state, &admitted, &parts.headers).await {
@@ -146,9 +146,9 @@ pub async fn delete(
     request: Request,
 ) -> Response {
     let (parts, _) = request.into_parts();
-    let admitted = match admit(&state, path, &parts).await {
+    let admitted = match admit(&state, path, &parts, "DELETE").await {
         Ok(admitted) => admitted,
-        Err(error) => return error.into_http(None),
+        Err(refusal) => return refusal.into_http(),
     };
     let trail = Trail::new(&admitted, &parts.headers, "DELETE", "");
     let ended = async {

@@ -58,6 +58,29 @@ impl Admitted {
     }
 }
 
+/// A request refused before its body was read, and its trail when it is refused after the key and the agent
+/// are known (another agent's key, no scope `mcp`, the rate limit): such a refusal is audited.
+pub(super) struct Refusal {
+    error: McpError,
+    trail: Option<Trail>,
+}
+
+impl Refusal {
+    pub(super) fn into_http(self) -> Response {
+        let response = self.error.into_http(None);
+        match self.trail {
+            Some(trail) => trail.attach(response),
+            None => response,
+        }
+    }
+}
+
+impl From<McpError> for Refusal {
+    fn from(error: McpError) -> Self {
+        Self { error, trail: None }
+    }
+}
+
 /// Every request to `/{agent_id}/mcp`: the failed-authentication guard and the `RateLimit*` fields
 /// ([`crate::guard::mcp_gate`]) around the audit ([`super::audit::record`]) around the method's handler:
 /// [`post`], [`super::standalone::get`] (`HEAD` too) and [`super::standalone::delete`]; any other method is
@@ -87,9 +110,9 @@ pub async fn post(
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let admitted = match admit(&state, path, &parts).await {
+    let admitted = match admit(&state, path, &parts, UNREAD).await {
         Ok(admitted) => admitted,
-        Err(error) => return error.into_http(None),
+        Err(refusal) => return refusal.into_http(),
     };
     let headers = &parts.headers;
     let unparsed = |admitted: &Admitted| Trail::new(admitted, headers, "-", "");
@@ -121,21 +144,29 @@ pub async fn post(
         }
         Ok(Body::Batch(messages)) => {
             span::record_method("batch", "legacy");
+            // The target of a batch refused as a whole (handled, it is a record per message).
             let methods: Vec<&str> =
                 messages.iter().filter_map(|m| m.as_ref().ok()).filter_map(Message::method).collect();
             let trail = Trail::new(&admitted, headers, "batch", &methods.join(","));
-            trail.attach(super::batch::answer(&state, admitted, headers, messages).await)
+            let (response, items) = super::batch::answer(&state, admitted, headers, messages).await;
+            trail.with_items(items).attach(response)
         }
         Err(error) => unparsed(&admitted).attach(error.into_http(None)),
     }
 }
 
-/// The checks before the body is read.
+/// The method a refusal before the body is read is audited with (for a POST; `GET` and `DELETE` are
+/// themselves).
+const UNREAD: &str = "-";
+
+/// The checks before the body is read; a refusal after the key and the agent are known is audited as a
+/// request to `method` ([`Refusal`]).
 pub(super) async fn admit(
     state: &AppState,
     path: Result<Path<String>, PathRejection>,
     parts: &Parts,
-) -> Result<Admitted, McpError> {
+    method: &str,
+) -> Result<Admitted, Refusal> {
     let headers = &parts.headers;
     origin::check(headers, &parts.uri, &state.config.mcp)?;
     let key = state.keys.authenticate(KeyCache::presented(headers)).await.map_err(|error| match error {
@@ -148,21 +179,30 @@ pub(super) async fn admit(
     let agent_id = path.ok().and_then(|Path(id)| AgentId::parse(&id).ok()).ok_or(McpError::UnknownAgent)?;
     let agent = match state.registry.agent(&agent_id).await {
         Ok(Some(agent)) => agent,
-        Ok(None) => return Err(McpError::UnknownAgent),
+        Ok(None) => return Err(McpError::UnknownAgent.into()),
         Err(error) => {
             tracing::warn!(%error, "agent lookup failed");
-            return Err(McpError::Unavailable);
+            return Err(McpError::Unavailable.into());
         }
     };
     span::record_agent(agent.id.as_str());
+    // From here on the refusal belongs to the agent's log: the path's agent, and for another agent's key the
+    // key's own agent as the target.
+    let refused = |error: McpError, target: &str| Refusal {
+        error,
+        trail: Some(Trail::of(&agent, &key, headers, method, target)),
+    };
     if !is_key_of(&key, &agent.id) {
-        return Err(McpError::Forbidden("the key belongs to another agent"));
+        let target = format!("agent:{}", key.agent_id);
+        return Err(refused(McpError::Forbidden("the key belongs to another agent"), &target));
     }
     if !key.has_scope(Scope::Mcp) {
-        return Err(McpError::Forbidden("the key does not have scope mcp"));
+        return Err(refused(McpError::Forbidden("the key does not have scope mcp"), ""));
     }
     let slot = parts.extensions.get::<RateLimitSlot>();
-    rate_limit(state, slot, &key, &agent).await.map_err(|(error, _)| error)?;
+    if let Err((error, _)) = rate_limit(state, slot, &key, &agent).await {
+        return Err(refused(error, ""));
+    }
     Ok(Admitted { agent, key, slot: slot.cloned() })
 }
 

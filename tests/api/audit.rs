@@ -18,7 +18,7 @@ both!(
 );
 
 /// The audit records of `agent` for `method` (an MCP method or an admin action), newest first.
-async fn records(app: &TestApp, agent: &str, method: &str) -> Vec<Value> {
+pub async fn records(app: &TestApp, agent: &str, method: &str) -> Vec<Value> {
     let query = [("agent", agent), ("method", method)];
     let response = app.op(Method::GET, "/admin/v1/audit").query(&query).send().await.unwrap();
     let page = expect_json(response, StatusCode::OK).await;
@@ -26,7 +26,7 @@ async fn records(app: &TestApp, agent: &str, method: &str) -> Vec<Value> {
 }
 
 /// Waits until `count` records of `method` are written (MCP records are written in batches).
-async fn written(app: &TestApp, agent: &str, method: &str, count: usize) -> Vec<Value> {
+pub async fn written(app: &TestApp, agent: &str, method: &str, count: usize) -> Vec<Value> {
     eventually(&format!("{count} audit record(s) of {method}"), || async {
         let found = records(app, agent, method).await;
         (found.len() >= count).then_some(found)

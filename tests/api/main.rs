@@ -28,6 +28,8 @@ mod helpers;
 mod agents;
 /// The audit log of MCP requests and its hash chain.
 mod audit;
+/// Audit records of refusals after authentication, of each batch message, of non-ASCII user agents.
+mod audit_refusals;
 /// Who may do what: the operator token, `registry` and `mcp` keys, revocation and expiry.
 mod auth;
 /// Batches apply all or nothing.
