@@ -45,6 +45,10 @@ pub enum McpError {
     OriginNotAllowed(String),
     #[error("missing, unknown, revoked or expired API key")]
     Unauthenticated,
+    /// The operator token, presented where an agent key is needed: 401 like [`McpError::Unauthenticated`],
+    /// with a message that says what to present instead.
+    #[error("the operator token is not an agent key: MCP requests need a key of the agent with scope mcp")]
+    OperatorToken,
     #[error("agent not found")]
     UnknownAgent,
     #[error("Forbidden: {0}")]
@@ -139,7 +143,7 @@ impl McpError {
     pub fn status_and_code(&self) -> (StatusCode, i32) {
         match self {
             McpError::OriginNotAllowed(_) | McpError::Forbidden(_) => (StatusCode::FORBIDDEN, code::FORBIDDEN),
-            McpError::Unauthenticated => (StatusCode::UNAUTHORIZED, code::UNAUTHENTICATED),
+            McpError::Unauthenticated | McpError::OperatorToken => (StatusCode::UNAUTHORIZED, code::UNAUTHENTICATED),
             McpError::UnknownAgent => (StatusCode::NOT_FOUND, code::UNKNOWN_AGENT),
             McpError::RateLimited { .. } | McpError::LockedOut { .. } => {
                 (StatusCode::TOO_MANY_REQUESTS, code::RATE_LIMITED)
@@ -236,7 +240,7 @@ impl McpError {
         }
         let headers = response.headers_mut();
         match &self {
-            McpError::Unauthenticated => {
+            McpError::Unauthenticated | McpError::OperatorToken => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(CHALLENGE));
             }
             McpError::Unavailable | McpError::ShuttingDown => {

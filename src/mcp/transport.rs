@@ -169,7 +169,11 @@ pub(super) async fn admit(
 ) -> Result<Admitted, Refusal> {
     let headers = &parts.headers;
     origin::check(headers, &parts.uri, &state.config.mcp)?;
-    let key = state.keys.authenticate(KeyCache::presented(headers)).await.map_err(|error| match error {
+    let presented = KeyCache::presented(headers);
+    let key = state.keys.authenticate(presented).await.map_err(|error| match error {
+        KeyError::Unauthenticated if presented.is_some_and(|token| state.operator.is_valid(token)) => {
+            McpError::OperatorToken
+        }
         KeyError::Unauthenticated => McpError::Unauthenticated,
         KeyError::Store(error) => {
             tracing::warn!(%error, "key lookup failed");

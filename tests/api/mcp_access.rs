@@ -43,6 +43,18 @@ async fn order_of_checks(backend: Backend) {
         let answer = Answer::of(post(path).header("x-agent-api-key", unknown).send().await.unwrap()).await;
         answer.error(StatusCode::UNAUTHORIZED, -31401);
     }
+    // The operator token is not an agent key: 401 too, with a message that says what is needed instead.
+    let answer = Answer::of(app.op(Method::POST, "/bot/mcp").body(BODY).send().await.unwrap()).await;
+    answer.error(StatusCode::UNAUTHORIZED, -31401);
+    assert_eq!(answer.headers["www-authenticate"], "Bearer realm=\"hivegate\"");
+    assert_eq!(
+        answer.body["error"]["message"],
+        "the operator token is not an agent key: MCP requests need a key of the agent with scope mcp"
+    );
+    let answer =
+        Answer::of(post("/bot/mcp").header("x-agent-api-key", "bak_not-the-operator-token").send().await.unwrap())
+            .await;
+    assert_eq!(answer.body["error"]["message"], "missing, unknown, revoked or expired API key", "{}", answer.body);
     // Then the agent: a valid key and an unknown agent (or an invalid id) → 404.
     for path in ["/nobody/mcp", "/Not_An_Id/mcp"] {
         let answer = Answer::of(post(path).header("x-agent-api-key", &key).send().await.unwrap()).await;
