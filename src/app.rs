@@ -312,7 +312,11 @@ pub async fn verify_audit(config: &Config, agent: Option<&str>) -> anyhow::Resul
     store.migrate().await.context("applying database migrations")?;
     let heads = store.audit_heads(agent).await?;
     if heads.is_empty() {
-        println!("no audit chain{}", agent.map(|a| format!(" for agent {a}")).unwrap_or_default());
+        let Some(agent) = agent else {
+            println!("no audit chain");
+            return Ok(());
+        };
+        anyhow::bail!("{}", no_audit_records(store.as_ref(), agent).await?);
     }
     let mut broken = 0;
     for head in heads {
@@ -410,6 +414,42 @@ where
     let mut head = [0u8; 12];
     stream.read_exact(&mut head).await?;
     Ok(head)
+}
+
+/// Why `audit verify --agent` found nothing: there is no such agent, or it has no audit records.
+async fn no_audit_records(store: &dyn Store, agent: &str) -> anyhow::Result<String> {
+    let exists = match crate::domain::AgentId::parse(agent) {
+        Ok(id) => store.get_agent(&id).await?.is_some(),
+        Err(_) => false,
+    };
+    Ok(if exists {
+        format!("agent {agent} has no audit records")
+    } else {
+        format!("there is no agent {agent} and no audit records for it")
+    })
+}
+
+/// For the offline commands (`audit verify`, `admin-token rotate`), which must not create a database: fails,
+/// naming the file, when the configured SQLite database does not exist (run in the wrong directory, the
+/// default `sqlite://hivegate.db?mode=rwc` would otherwise create an empty one). PostgreSQL databases are
+/// never created by connecting.
+pub fn require_existing_database(config: &Config) -> anyhow::Result<()> {
+    use std::str::FromStr as _;
+    let url = config.database_url.expose();
+    if !config.database_url.is_sqlite() || url.contains(":memory:") || url.contains("mode=memory") {
+        return Ok(());
+    }
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
+        .with_context(|| format!("the database URL {} is not a valid SQLite URL", config.database_url))?;
+    let path = options.get_filename();
+    anyhow::ensure!(
+        path.exists(),
+        "the database {} does not exist (database_url {}); run this where the gateway's database is, or set \
+         HIVEGATE_DATABASE_URL or --config",
+        path.display(),
+        config.database_url
+    );
+    Ok(())
 }
 
 /// Connects to the configured database, retrying with backoff while it is unreachable, for at most

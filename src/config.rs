@@ -9,16 +9,16 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use figment::Figment;
-use figment::providers::{Env, Format, Toml};
+use figment::providers::{Env, Format, Serialized, Toml};
 use secrecy::{ExposeSecret, SecretString};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The file read when `--config` is not given and the file exists.
 pub const DEFAULT_CONFIG_PATH: &str = "config/hivegate.toml";
 /// The database used when none is configured: an embedded SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://hivegate.db?mode=rwc";
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Address the HTTP server binds.
@@ -26,6 +26,7 @@ pub struct Config {
     /// `sqlite://...` or `postgres://...`.
     pub database_url: DatabaseUrl,
     /// The operator token; when set it is the only one, and none is generated or stored.
+    #[serde(serialize_with = "redact")]
     pub admin_token: Option<SecretString>,
     pub database: DatabaseConfig,
     pub keys: KeysConfig,
@@ -67,7 +68,7 @@ impl Default for Config {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DatabaseConfig {
     /// Connections in the pool (PostgreSQL; SQLite uses one writer plus this many readers).
@@ -84,14 +85,15 @@ impl Default for DatabaseConfig {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct KeysConfig {
     /// Optional secret mixed into key digests (HMAC-SHA-256). Changing it invalidates every key.
+    #[serde(serialize_with = "redact")]
     pub pepper: Option<SecretString>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HttpConfig {
     /// Longest time one non-streaming request may take before it is answered 408.
@@ -113,7 +115,7 @@ impl Default for HttpConfig {
 }
 
 /// Native TLS on `listen` ([`crate::tls`]): both files or neither; without them `listen` serves plain HTTP.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TlsConfig {
     /// The certificate chain (PEM, the server's certificate first).
@@ -153,7 +155,7 @@ impl TlsConfig {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
     /// Largest request body accepted on any endpoint (413 beyond).
@@ -285,7 +287,7 @@ impl LimitsConfig {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct McpConfig {
     /// `ttlMs` given to modern clients for agents that set no `cacheTtlMs`.
@@ -297,7 +299,7 @@ pub struct McpConfig {
 }
 
 /// The audit log of MCP requests (admin changes are always audited, in their own transaction).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuditConfig {
     /// Record every MCP request.
@@ -340,7 +342,7 @@ impl AuditConfig {
 }
 
 /// Event retention: how far back `Last-Event-ID` can resume (an older one gets a resync instead).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EventsConfig {
     /// Events older than this are pruned.
@@ -360,7 +362,7 @@ impl Default for EventsConfig {
 /// The registry cache: each agent's list pages, resource contents, prompts and templates, kept in memory so
 /// that requests do not go to the database. Its memory is bounded by `max_bytes`, whatever the registries'
 /// size; what does not fit is read from the database.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CacheConfig {
     /// Estimated bytes the cache may hold across all agents (0: nothing is cached). A value larger than an
@@ -380,7 +382,7 @@ impl Default for CacheConfig {
 }
 
 /// Legacy Streamable HTTP sessions (protocol versions 2024-11-05 … 2025-11-25).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SessionsConfig {
     /// A session without requests or an open stream for this long expires (404 afterwards).
@@ -399,7 +401,7 @@ impl Default for SessionsConfig {
 }
 
 /// Server-sent event streams: legacy `GET` streams and modern `subscriptions/listen` streams.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StreamsConfig {
     /// How often an idle stream sends an SSE comment, so proxies and clients do not time it out.
@@ -421,7 +423,7 @@ impl Default for StreamsConfig {
 
 /// Rate limits ([`crate::guard`]), kept by each replica on its own. A rate of 0 requests per second is
 /// unlimited; otherwise its burst must be at least 1.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RateLimitsConfig {
     /// Requests per second all keys of an agent get together when the agent sets no `rateLimit`.
@@ -514,7 +516,7 @@ impl RateLimitsConfig {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     /// `pretty` for people, `json` for log pipelines.
@@ -529,7 +531,7 @@ impl Default for LogConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     Pretty,
@@ -538,7 +540,7 @@ pub enum LogFormat {
 
 /// OpenTelemetry traces (the `otel` cargo feature). The section exists in every build, so one configuration
 /// file serves both; a build without the feature refuses an endpoint instead of ignoring it.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TelemetryConfig {
     /// The collector's OTLP/HTTP base URL (`http://collector:4318`); spans go to `<url>/v1/traces` as
@@ -643,6 +645,21 @@ impl DatabaseUrl {
     }
 }
 
+/// Serialised with the password hidden (`hivegate config check` prints it).
+impl Serialize for DatabaseUrl {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.redacted())
+    }
+}
+
+/// A secret serialised as `"(redacted)"` when set (`hivegate config check` prints the configuration).
+fn redact<S: serde::Serializer>(secret: &Option<SecretString>, serializer: S) -> Result<S::Ok, S::Error> {
+    match secret {
+        Some(_) => serializer.serialize_some("(redacted)"),
+        None => serializer.serialize_none(),
+    }
+}
+
 impl fmt::Debug for DatabaseUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:?}", self.redacted())
@@ -664,6 +681,39 @@ pub enum ConfigError {
     Invalid { key: &'static str, message: String },
 }
 
+/// A loaded configuration with its layers: the defaults, the file (when one was read) and the environment.
+pub struct Loaded {
+    pub config: Config,
+    /// The merged layers; [`Figment::find_metadata`] says which one a key's value came from.
+    pub figment: Figment,
+    /// The file read, if any.
+    pub file: Option<PathBuf>,
+}
+
+/// Each problem of `error` on a line of its own, naming its key and where the key was set. An unknown key
+/// lists the known ones (figment's own message quotes that list twice over).
+fn describe(error: figment::Error) -> String {
+    error
+        .into_iter()
+        .map(|error| {
+            let key = error.path.join(".");
+            let origin = error.metadata.as_ref().map(|metadata| match &metadata.source {
+                Some(figment::Source::File(path)) => format!(" in {}", path.display()),
+                _ => format!(" in {}", metadata.name),
+            });
+            let origin = origin.unwrap_or_default();
+            match &error.kind {
+                figment::error::Kind::UnknownField(found, expected) => {
+                    let at = key.rsplit_once('.').map(|(section, _)| format!(" in [{section}]")).unwrap_or_default();
+                    format!("unknown key `{found}`{at}{origin}; the known keys are {}", expected.join(", "))
+                }
+                kind => format!("{kind} for key `{key}`{origin}"),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The top-level keys an environment variable can set; section keys (`HIVEGATE_<SECTION>__<KEY>`) are
 /// checked against the sections. Other `HIVEGATE_*` variables (`HIVEGATE_CONFIG`, tooling's own) are not
 /// configuration and are left alone.
@@ -672,25 +722,32 @@ const TOP_LEVEL_KEYS: [&str; 3] = ["listen", "database_url", "admin_token"];
 impl Config {
     /// Load from `path` (or the default file when present), then the environment; then validate.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
-        let mut figment = Figment::new();
-        match path {
+        Self::load_with_sources(path).map(|loaded| loaded.config)
+    }
+
+    /// [`Config::load`], keeping where each value came from (for `hivegate config check`).
+    pub fn load_with_sources(path: Option<&Path>) -> Result<Loaded, ConfigError> {
+        let file = match path {
             Some(path) => {
                 if !path.exists() {
                     return Err(ConfigError::Load(format!("config file {} does not exist", path.display())));
                 }
-                figment = figment.merge(Toml::file_exact(path));
+                Some(path.to_owned())
             }
-            None if Path::new(DEFAULT_CONFIG_PATH).exists() => {
-                figment = figment.merge(Toml::file_exact(DEFAULT_CONFIG_PATH));
-            }
-            None => {}
+            None => Some(PathBuf::from(DEFAULT_CONFIG_PATH)).filter(|path| path.exists()),
+        };
+        // The defaults as a layer of their own, so that a value's metadata tells default from file.
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(file) = &file {
+            figment = figment.merge(Toml::file_exact(file));
         }
         let env = Env::prefixed("HIVEGATE_")
             .split("__")
             .filter(|key| key.as_str().contains('.') || TOP_LEVEL_KEYS.iter().any(|name| key == *name));
-        let config: Config = figment.merge(env).extract().map_err(|e| ConfigError::Load(e.to_string()))?;
+        let figment = figment.merge(env);
+        let config: Config = figment.extract().map_err(|error| ConfigError::Load(describe(error)))?;
         config.validate()?;
-        Ok(config)
+        Ok(Loaded { config, figment, file })
     }
 
     /// Checks that no value is out of range; each error names its key.

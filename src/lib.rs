@@ -41,10 +41,12 @@ pub mod app;
 pub mod audit;
 /// The command line.
 pub mod cli;
-/// The command line client of the admin API (`hivegate agent|key|resource`).
+/// The command line client of the admin API (`hivegate agent|key|resource|template|prompt`, `audit tail`).
 pub mod client;
 /// Configuration loading and validation.
 pub mod config;
+/// The effective configuration with each value's source (`hivegate config check`).
+pub mod config_report;
 /// Parse-don't-validate domain types.
 pub mod domain;
 /// The admin API's problem+json error.

@@ -157,13 +157,17 @@ mod allocator {
 async fn main() -> ExitCode {
     allocator::configure();
     let cli = Cli::parse();
-    let config = match Config::load(cli.config.as_deref()) {
-        Ok(config) => config,
+    let loaded = match Config::load_with_sources(cli.config.as_deref()) {
+        Ok(loaded) => loaded,
         Err(error) => {
             eprintln!("hivegate: {error}");
             return ExitCode::from(2);
         }
     };
+    if let Command::Config { command: ConfigCommand::Check } = cli.command {
+        return config_check(&loaded);
+    }
+    let config = loaded.config;
     // Only the server exports traces; the one-shot commands (the container's healthcheck among them) log.
     let exports = matches!(cli.command, Command::Serve).then_some(&config.telemetry);
     let telemetry = match hivegate::telemetry::init(&config.log, exports) {
@@ -177,9 +181,30 @@ async fn main() -> ExitCode {
         Command::Serve => serve(config).await,
         Command::Migrate => app::migrate_only(&config).await,
         Command::Healthcheck => app::healthcheck(&config).await,
-        Command::AdminToken { command: AdminTokenCommand::Rotate } => app::rotate_operator_token(&config).await,
+        Command::AdminToken { command: AdminTokenCommand::Rotate } => {
+            async {
+                app::require_existing_database(&config)?;
+                app::rotate_operator_token(&config).await
+            }
+            .await
+        }
         Command::Audit { command: AuditCommand::Verify { agent } } => {
-            app::verify_audit(&config, agent.as_deref()).await
+            async {
+                app::require_existing_database(&config)?;
+                app::verify_audit(&config, agent.as_deref()).await
+            }
+            .await
+        }
+        Command::Audit { command: AuditCommand::Tail { target, agent, method, lines, follow, interval_ms } } => {
+            let client = match admin_client(&config, target) {
+                Ok(client) => client,
+                Err(error) => return fail(&error),
+            };
+            let mut filter = Vec::new();
+            filter.extend(agent.as_deref().map(|agent| ("agent", agent)));
+            filter.extend(method.as_deref().map(|method| ("method", method)));
+            let follow = follow.then(|| std::time::Duration::from_millis(interval_ms));
+            client.audit_tail(&filter, lines, follow).await
         }
         Command::Agent { target, command } => {
             admin(&config, target, |client| async move { client.agent(command).await }).await
@@ -190,18 +215,17 @@ async fn main() -> ExitCode {
         Command::Resource { target, command } => {
             admin(&config, target, |client| async move { client.resource(command).await }).await
         }
-        Command::Config { command: ConfigCommand::Check } => {
-            println!("{config:#?}");
-            Ok(())
+        Command::Template { target, command } => {
+            admin(&config, target, |client| async move { client.template(command).await }).await
         }
+        Command::Prompt { target, command } => {
+            admin(&config, target, |client| async move { client.prompt(command).await }).await
+        }
+        Command::Config { command: ConfigCommand::Check } => Ok(()),
     };
     let code = match outcome {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!("{error:#}");
-            eprintln!("hivegate: {error:#}");
-            ExitCode::FAILURE
-        }
+        Err(error) => fail(&error),
     };
     // Last, so that the spans of the drained requests are exported; the exporter blocks while it flushes.
     let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
@@ -215,21 +239,55 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     Application::build(config).await?.run_until_stopped().await
 }
 
-/// Runs one admin API command against the gateway `target` names and prints its answer.
-async fn admin<F, Fut>(config: &Config, target: Target, command: F) -> anyhow::Result<()>
-where
-    F: FnOnce(AdminClient) -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<serde_json::Value>>,
-{
+/// Reports a failed command on stderr, once and plain (it is not also logged), and gives its exit status.
+fn fail(error: &anyhow::Error) -> ExitCode {
+    eprintln!("hivegate: {error:#}");
+    ExitCode::FAILURE
+}
+
+/// `hivegate config check`: the loaded configuration (already validated) as TOML with its sources. A closed
+/// stdout (`| head -1`) ends it quietly.
+fn config_check(loaded: &hivegate::config::Loaded) -> ExitCode {
+    use std::io::Write as _;
+    let text = match hivegate::config_report::render(loaded) {
+        Ok(text) => text,
+        Err(error) => return fail(&error),
+    };
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(error) => fail(&anyhow::Error::new(error).context("writing to stdout")),
+    }
+}
+
+/// The admin API client for the gateway `target` names.
+fn admin_client(config: &Config, target: Target) -> anyhow::Result<AdminClient> {
     use secrecy::ExposeSecret;
     let token = target
         .token
         .or_else(|| config.admin_token.as_ref().map(|token| token.expose_secret().to_owned()))
         .ok_or_else(|| anyhow::anyhow!("no operator token: pass --token or set HIVEGATE_ADMIN_TOKEN"))?;
     let url = target.url.unwrap_or_else(|| app::admin_url(config));
-    let answer = command(AdminClient::new(&url, &token)?).await?;
+    AdminClient::new(&url, &token, &config.limits)
+}
+
+/// Runs one admin API command against the gateway `target` names and prints its answer.
+async fn admin<F, Fut>(config: &Config, target: Target, command: F) -> anyhow::Result<()>
+where
+    F: FnOnce(AdminClient) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<serde_json::Value>>,
+{
+    use std::io::Write as _;
+    let answer = command(admin_client(config, target)?).await?;
     if !answer.is_null() {
-        println!("{}", serde_json::to_string_pretty(&answer)?);
+        let mut text = serde_json::to_string_pretty(&answer)?;
+        text.push('\n');
+        match std::io::stdout().lock().write_all(text.as_bytes()) {
+            Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+                return Err(anyhow::Error::new(error).context("writing to stdout"));
+            }
+            _ => {}
+        }
     }
     Ok(())
 }

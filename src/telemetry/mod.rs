@@ -75,7 +75,10 @@ where
     L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync,
 {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&log.level));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only for a person at a terminal: a redirected stderr (a file, a log collector) gets plain text.
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let fmt = match log.format {
         LogFormat::Json => fmt.json().flatten_event(true).with_current_span(true).boxed(),
         LogFormat::Pretty => fmt.compact().boxed(),
