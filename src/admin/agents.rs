@@ -26,17 +26,20 @@ const MAX_AUDIT_RETENTION_DAYS: u32 = 36_500;
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateAgent {
-    /// `^[a-z0-9][a-z0-9_-]{0,62}$`; not `admin`, `healthz`, `readyz`, `metrics` or `static`.
-    #[schema(example = "research-bot")]
+    /// Not `admin`, `healthz`, `readyz`, `metrics` or `static`.
+    #[schema(example = "research-bot", pattern = "^[a-z0-9][a-z0-9_-]{0,62}$")]
     pub id: String,
+    /// Not blank.
     #[schema(example = "Research Assistant")]
     pub name: String,
     pub description: Option<String>,
     pub rate_limit: Option<RateLimit>,
     /// The `ttlMs` hint modern MCP clients get for this agent's lists and reads.
+    #[schema(maximum = 9_223_372_036_854_775_807_i64)]
     pub cache_ttl_ms: Option<u64>,
     /// Days the agent's audit records are kept (0: forever); absent: `audit.retention_days` from the
     /// configuration (or its per-agent entry).
+    #[schema(maximum = 36_500)]
     pub audit_retention_days: Option<u32>,
 }
 
@@ -44,9 +47,9 @@ pub struct CreateAgent {
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PatchAgent {
-    /// Cannot be `null`.
+    /// Not blank; cannot be `null`.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = String)]
     pub name: Option<Option<String>>,
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>)]
@@ -56,27 +59,28 @@ pub struct PatchAgent {
     #[schema(value_type = Option<RateLimitBody>)]
     pub rate_limit: Option<Option<RateLimitBody>>,
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<u64>)]
+    #[schema(value_type = Option<u64>, maximum = 9_223_372_036_854_775_807_i64)]
     pub cache_ttl_ms: Option<Option<u64>>,
     /// `null` goes back to the configured retention.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<u32>)]
+    #[schema(value_type = Option<u32>, maximum = 36_500)]
     pub audit_retention_days: Option<Option<u32>>,
 }
 
-/// `rateLimit` in a merge-patch: any member may be left out (it keeps its value), none may be `null`.
+/// `rateLimit` in a merge-patch: any member may be left out (it keeps its value), none may be `null`. A member
+/// left out of a patch of an agent or key that has no limit yet has nothing to keep (422).
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RateLimitBody {
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<u32>)]
+    #[schema(value_type = u32, minimum = 1, maximum = 4_294_967_295_i64)]
     pub requests_per_second: Option<Option<u32>>,
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<u32>)]
+    #[schema(value_type = u32, minimum = 1, maximum = 4_294_967_295_i64)]
     pub burst: Option<Option<u32>>,
     /// Counted by every replica together in the database (exact), rather than by each replica.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<bool>)]
+    #[schema(value_type = bool)]
     pub shared: Option<Option<bool>>,
 }
 
@@ -189,7 +193,7 @@ impl PatchAgent {
 }
 
 /// Create an agent.
-#[utoipa::path(post, path = "/admin/v1/agents", tag = "agents", request_body = CreateAgent,
+#[utoipa::path(post, path = "/admin/v1/agents", operation_id = "createAgent", tag = "agents", request_body = CreateAgent,
     security(("operator" = [])),
     responses(
         (status = 201, description = "Created", body = Agent),
@@ -212,7 +216,7 @@ pub async fn create(
 }
 
 /// List agents, ordered by id.
-#[utoipa::path(get, path = "/admin/v1/agents", tag = "agents",
+#[utoipa::path(get, path = "/admin/v1/agents", operation_id = "listAgents", tag = "agents",
     params(("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
            ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
     security(("operator" = [])),
@@ -229,7 +233,7 @@ pub async fn list(
 }
 
 /// Read an agent.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}", tag = "agents",
+#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}", operation_id = "getAgent", tag = "agents",
     params(("agent_id" = String, Path)),
     security(("operator" = [])),
     responses((status = 200, description = "The agent", body = Agent),
@@ -239,7 +243,7 @@ pub async fn get(access: ManagedAgent) -> Json<Agent> {
 }
 
 /// Change an agent's name, description, rate limit, cache TTL or audit retention (JSON merge-patch).
-#[utoipa::path(patch, path = "/admin/v1/agents/{agent_id}", tag = "agents", request_body = PatchAgent,
+#[utoipa::path(patch, path = "/admin/v1/agents/{agent_id}", operation_id = "patchAgent", tag = "agents", request_body = PatchAgent,
     params(("agent_id" = String, Path)),
     security(("operator" = [])),
     responses((status = 200, description = "The changed agent", body = Agent),
@@ -257,7 +261,7 @@ pub async fn patch(
 }
 
 /// Delete an agent with its keys, registry and streams.
-#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}", tag = "agents",
+#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}", operation_id = "deleteAgent", tag = "agents",
     params(("agent_id" = String, Path)),
     security(("operator" = [])),
     responses((status = 204, description = "Deleted"),

@@ -54,7 +54,7 @@ struct AuditQuery {
 }
 
 /// List audit records.
-#[utoipa::path(get, path = "/admin/v1/audit", tag = "audit",
+#[utoipa::path(get, path = "/admin/v1/audit", operation_id = "listAudit", tag = "audit",
     security(("operator" = [])),
     params(
         AuditQuery,
@@ -88,7 +88,7 @@ pub async fn list(
 const EXPORT_PAGE: u32 = 1000;
 
 /// Export audit records as NDJSON.
-#[utoipa::path(get, path = "/admin/v1/audit/export", tag = "audit",
+#[utoipa::path(get, path = "/admin/v1/audit/export", operation_id = "exportAudit", tag = "audit",
     security(("operator" = [])),
     params(AuditQuery),
     responses(

@@ -85,7 +85,7 @@ impl BatchBody {
 }
 
 /// Upsert and delete resources in one transaction.
-#[utoipa::path(post, path = "/admin/v1/agents/{agent_id}/resources/batch", tag = "resources", request_body = BatchBody,
+#[utoipa::path(post, path = "/admin/v1/agents/{agent_id}/resources/batch", operation_id = "batchResources", tag = "resources", request_body = BatchBody,
     params(("agent_id" = String, Path)),
     security(("operator" = []), ("agentKey" = [])),
     responses((status = 200, description = "Applied", body = BatchResult),

@@ -29,6 +29,7 @@ pub struct CreateKey {
     #[schema(example = "ci")]
     pub name: Option<String>,
     /// `mcp` (read over MCP) and/or `registry` (manage the agent's registry through this API).
+    #[schema(min_items = 1)]
     pub scopes: Option<Vec<Scope>>,
     /// RFC 3339, in the future.
     #[schema(format = DateTime)]
@@ -113,7 +114,7 @@ impl CreateKey {
 }
 
 /// Create a key for the agent.
-#[utoipa::path(post, path = "/admin/v1/agents/{agent_id}/keys", tag = "keys", request_body = CreateKey,
+#[utoipa::path(post, path = "/admin/v1/agents/{agent_id}/keys", operation_id = "createKey", tag = "keys", request_body = CreateKey,
     params(("agent_id" = String, Path)),
     security(("operator" = [])),
     responses((status = 201, description = "Created; `key` is shown only here", body = CreatedKey),
@@ -158,7 +159,7 @@ pub async fn create(
 }
 
 /// List the agent's keys (never the keys themselves), ordered by creation.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/keys", tag = "keys",
+#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/keys", operation_id = "listKeys", tag = "keys",
     params(("agent_id" = String, Path),
            ("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
            ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
@@ -178,11 +179,12 @@ pub async fn list(
 }
 
 /// Change a key's name or own rate limit (JSON merge-patch); applies from its next request on every replica.
-#[utoipa::path(patch, path = "/admin/v1/agents/{agent_id}/keys/{key_id}", tag = "keys", request_body = PatchKey,
+#[utoipa::path(patch, path = "/admin/v1/agents/{agent_id}/keys/{key_id}", operation_id = "patchKey", tag = "keys", request_body = PatchKey,
     params(("agent_id" = String, Path), ("key_id" = String, Path)),
     security(("operator" = [])),
     responses((status = 200, description = "The changed key", body = KeyRecord),
                (status = 404, description = "No such agent or key", body = Problem, content_type = "application/problem+json"),
+               (status = 409, description = "The key is revoked: it keeps the name and limit it was revoked with", body = Problem, content_type = "application/problem+json"),
                (status = 422, description = "Invalid values", body = Problem, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "admin.patch_key", skip_all, fields(agent = %access.agent.id))]
 pub async fn patch(
@@ -197,12 +199,15 @@ pub async fn patch(
     }
     let patch = body.into_patch()?;
     let record = state.store.update_key(&access.agent.id, key_id, &patch, &access.actor).await;
-    let record = record.map_err(|error| key_missing(error, key_id))?;
+    let record = record.map_err(|error| match error {
+        StoreError::Conflict => ApiError::Conflict(format!("key {key_id:?} is revoked; a revoked key cannot change")),
+        other => key_missing(other, key_id),
+    })?;
     Ok(Json(record))
 }
 
 /// Revoke a key: it is refused from the next request on, on every replica.
-#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}/keys/{key_id}", tag = "keys",
+#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}/keys/{key_id}", operation_id = "revokeKey", tag = "keys",
     params(("agent_id" = String, Path), ("key_id" = String, Path)),
     security(("operator" = [])),
     responses((status = 204, description = "Revoked"),

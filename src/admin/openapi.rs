@@ -19,7 +19,9 @@ use crate::error::Problem;
         title = "hivegate admin API",
         description = "Manage agents, their API keys, and their registries of MCP resources, resource templates \
                        and prompts. Errors are `application/problem+json` (RFC 9457). Lists are paginated with \
-                       `?limit=` (1 to 1000, default 100) and `?cursor=`; `nextCursor` is absent on the last page."
+                       `?limit=` (1 to 1000, default 100) and `?cursor=`; `nextCursor` is absent on the last page. No string \
+                       may contain U+0000 (422). Each field has a size limit set by the server's configuration \
+                       (`limits.max_*_bytes`): a value over it is refused with 413 naming the field and the limit."
     ),
     paths(
         agents::create, agents::list, agents::get, agents::patch, agents::delete,
@@ -31,7 +33,8 @@ use crate::error::Problem;
         audit::export,
     ),
     components(schemas(Problem)),
-    modifiers(&SecuritySchemes, &CommonResponses),
+    servers((url = "/", description = "This hivegate (the document is served by the server it describes)")),
+    modifiers(&SecuritySchemes, &FieldPatterns, &ParameterConstraints, &CommonResponses),
     tags(
         (name = "agents", description = "Agents (operator only)"),
         (name = "keys", description = "An agent's API keys (operator only)"),
@@ -60,42 +63,194 @@ impl Modify for SecuritySchemes {
     }
 }
 
+/// Not blank: at least one character that is not white space (as Rust's `char::is_whitespace` sees it).
+pub const NON_BLANK: &str = r"[^\t\n\u000b\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]";
+
+/// An absolute URI of RFC 3986 (`absolute-URI`: a scheme, no fragment; IP-literal hosts aside), as
+/// [`crate::domain::ResourceUri`] takes it.
+pub const ABSOLUTE_URI: &str = concat!(
+    r"^[A-Za-z][A-Za-z0-9+.\-]*:",
+    r"(?://(?:(?:[A-Za-z0-9\-._~!$&'()*+,;=:]|%[0-9A-Fa-f]{2})*@)?(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})*",
+    r"(?::[0-9]*)?(?:/(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})*)*",
+    r"|/(?:(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})+(?:/(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})*)*)?",
+    r"|(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})+(?:/(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})*)*)?",
+    r"(?:\?(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?]|%[0-9A-Fa-f]{2})*)?$",
+);
+
+/// A media type as [`super::resources::check_mime_type`] takes it: `type/subtype` (each with something
+/// besides white space) before any `;parameters`, no control characters.
+pub const MEDIA_TYPE: &str = concat!(
+    r"^[ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*",
+    r"[^\u0000-\u001f\u007f-\u009f \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000/;]",
+    r"[^\u0000-\u001f\u007f-\u009f/;]*/[^\u0000-\u001f\u007f-\u009f;]*",
+    r"[^\u0000-\u001f\u007f-\u009f \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000;]",
+    r"[^\u0000-\u001f\u007f-\u009f;]*(?:;[^\u0000-\u001f\u007f-\u009f]*)?$",
+);
+
+/// The patterns of request fields, by schema and property: the server's checks of these values, which
+/// utoipa's attributes cannot name as constants.
+const FIELD_PATTERNS: [(&str, &str, &str); 8] = [
+    ("CreateAgent", "name", NON_BLANK),
+    ("PatchAgent", "name", NON_BLANK),
+    ("ResourceBody", "uri", ABSOLUTE_URI),
+    ("ResourceBody", "name", NON_BLANK),
+    ("ResourceBody", "mimeType", MEDIA_TYPE),
+    ("TemplateBody", "name", NON_BLANK),
+    ("TemplateBody", "mimeType", MEDIA_TYPE),
+    ("PromptArgument", "name", NON_BLANK),
+];
+
+/// Sets [`FIELD_PATTERNS`].
+struct FieldPatterns;
+
+impl Modify for FieldPatterns {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::RefOr;
+        use utoipa::openapi::schema::Schema;
+        let Some(components) = openapi.components.as_mut() else { return };
+        for (schema, property, pattern) in FIELD_PATTERNS {
+            let Some(RefOr::T(Schema::Object(object))) = components.schemas.get_mut(schema) else { continue };
+            if let Some(RefOr::T(Schema::Object(field))) = object.properties.get_mut(property) {
+                field.pattern = Some(pattern.to_owned());
+            }
+        }
+    }
+}
+
+/// An agent id ([`crate::domain::AgentId`]).
+const AGENT_ID: &str = "^[a-z0-9][a-z0-9_-]{0,62}$";
+/// An RFC 3339 date-time as the audit filters take it (days up to 28, so that every match is a real date).
+const RFC3339: &str = concat!(
+    r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]+)?",
+    r"([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+);
+/// A prompt name ([`crate::domain::PromptName`]).
+const PROMPT_NAME: &str = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$";
+
+/// The constraints of the parameters every operation shares, set where they are named: `agent_id` and
+/// `name` (a prompt's) in paths, `limit` (1 to [`super::page::MAX_LIMIT`]) and the `uri`/`uriTemplate` an
+/// operation requires in queries.
+struct ParameterConstraints;
+
+impl Modify for ParameterConstraints {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::schema::{Object, Schema, SchemaType, Type};
+        use utoipa::openapi::{ObjectBuilder, RefOr};
+        let constrained = |name: &str| -> Option<Object> {
+            let string = ObjectBuilder::new().schema_type(SchemaType::Type(Type::String));
+            match name {
+                "agent_id" => Some(string.pattern(Some(AGENT_ID)).build()),
+                "name" => Some(string.pattern(Some(PROMPT_NAME)).build()),
+                "uri" => Some(string.pattern(Some(ABSOLUTE_URI)).max_length(Some(2048)).build()),
+                "uriTemplate" => Some(string.min_length(Some(1)).build()),
+                // The audit filters: empty is the same as absent.
+                "agent" => Some(string.pattern(Some(format!("^$|{AGENT_ID}"))).build()),
+                "since" | "until" => Some(string.pattern(Some(format!("^$|{RFC3339}"))).build()),
+                "limit" => Some(
+                    ObjectBuilder::new()
+                        .schema_type(SchemaType::Type(Type::Integer))
+                        .minimum(Some(1))
+                        .maximum(Some(super::page::MAX_LIMIT))
+                        .build(),
+                ),
+                _ => None,
+            }
+        };
+        for item in openapi.paths.paths.values_mut() {
+            for operation in operations(item) {
+                for parameter in operation.parameters.iter_mut().flatten() {
+                    if let Some(schema) = constrained(&parameter.name) {
+                        parameter.schema = Some(RefOr::T(Schema::Object(schema)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every operation of a path item.
+fn operations(item: &mut utoipa::openapi::PathItem) -> impl Iterator<Item = &mut utoipa::openapi::path::Operation> {
+    [
+        &mut item.get,
+        &mut item.put,
+        &mut item.post,
+        &mut item.delete,
+        &mut item.patch,
+        &mut item.head,
+        &mut item.options,
+        &mut item.trace,
+    ]
+    .into_iter()
+    .flatten()
+}
+
 /// The answers any admin request may get besides its handler's own, all `application/problem+json`: from the
-/// credential and rate-limit checks ([`super::access`], [`crate::guard`]), the database, and the layer every
-/// request passes ([`crate::http::limits`]).
-const COMMON_RESPONSES: [(&str, &str); 7] = [
+/// credential and rate-limit checks ([`super::access`], [`crate::guard`]), the parsing of the request
+/// ([`super::extract`], [`super::page`]), the database, and the layer every request passes
+/// ([`crate::http::limits`]).
+const COMMON_RESPONSES: [(&str, &str); 8] = [
+    (
+        "400",
+        "A malformed query string or path, a parameter given twice, a `limit` that is not an integer, or a \
+             cursor not issued for this list",
+    ),
     ("401", "No credentials, or unknown, revoked or expired ones (`WWW-Authenticate: Bearer`)"),
     ("403", "The credentials do not allow this request"),
     ("408", "The answer took longer than `http.request_timeout_ms`"),
     ("414", "The request target is longer than `limits.max_uri_bytes`"),
-    ("429", "Rate limited (`Retry-After` in seconds, and the `RateLimit` fields)"),
+    (
+        "429",
+        "Rate limited, or the client's address is locked out after failed authentications (`Retry-After` \
+             in seconds, and the `RateLimit` fields)",
+    ),
     ("431", "The header fields are larger than `limits.max_header_bytes` together"),
     ("503", "The database is unavailable (`Retry-After`)"),
 ];
 
-/// Adds [`COMMON_RESPONSES`] to every operation that does not describe them itself.
+/// The answers of an operation on one agent (`/agents/{agent_id}/...`).
+const AGENT_RESPONSES: [(&str, &str); 1] = [("404", "No such agent")];
+
+/// The answers of an operation that takes query parameters.
+const QUERY_RESPONSES: [(&str, &str); 1] =
+    [("422", "A query parameter out of range (e.g. `limit` outside 1 to 1000), invalid, or missing")];
+
+/// The answers of an operation that takes a body.
+const BODY_RESPONSES: [(&str, &str); 4] = [
+    ("400", "The body is not JSON, or a value has the wrong JSON type"),
+    ("409", "The change would take the agent over one of its count quotas"),
+    (
+        "413",
+        "The body is larger than `limits.max_body_bytes`, a field is over its `limits.max_*_bytes` (named \
+             in `detail`), or the change would take the agent over its byte quota",
+    ),
+    ("422", "A value is invalid, a field is unknown or missing"),
+];
+
+/// Adds [`COMMON_RESPONSES`] to every operation, and the answers of its kind ([`AGENT_RESPONSES`],
+/// [`QUERY_RESPONSES`], [`BODY_RESPONSES`]), where it does not describe them itself.
 struct CommonResponses;
 
 impl Modify for CommonResponses {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::path::ParameterIn;
         use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
         let problem = ContentBuilder::new().schema(Some(Ref::from_schema_name("Problem"))).build();
-        for item in openapi.paths.paths.values_mut() {
-            let operations = [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
-                &mut item.head,
-                &mut item.options,
-                &mut item.trace,
-            ];
-            for operation in operations.into_iter().flatten() {
-                for (status, description) in COMMON_RESPONSES {
-                    operation.responses.responses.entry(status.to_owned()).or_insert_with(|| {
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let on_agent = path.contains("{agent_id}");
+            for operation in operations(item) {
+                let has_query = operation.parameters.iter().flatten().any(|p| p.parameter_in == ParameterIn::Query);
+                let has_body = operation.request_body.is_some();
+                let kinds = [
+                    (true, &COMMON_RESPONSES[..]),
+                    (on_agent, &AGENT_RESPONSES[..]),
+                    (has_query, &QUERY_RESPONSES[..]),
+                    (has_body, &BODY_RESPONSES[..]),
+                ];
+                let responses = kinds.into_iter().filter(|(applies, _)| *applies).flat_map(|(_, list)| list);
+                for (status, description) in responses {
+                    operation.responses.responses.entry((*status).to_owned()).or_insert_with(|| {
                         ResponseBuilder::new()
-                            .description(description)
+                            .description(*description)
                             .content("application/problem+json", problem.clone())
                             .into()
                     });
@@ -105,9 +260,55 @@ impl Modify for CommonResponses {
     }
 }
 
+/// Standard base64 with padding, as [`crate::domain::content::validate_base64`] takes it: the unused bits of
+/// the last character are zero.
+const BASE64: &str = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$";
+
+/// The rules of request bodies that utoipa's attributes cannot state, set on the generated JSON: a resource
+/// has exactly one of `text` and `blob` (a `null` one counts as absent) and a blob is base64; a batch deletes
+/// absolute URIs, each once; annotations are
+/// MCP's (`audience`, `priority`, `lastModified`, nothing else); a prompt message's content is an MCP content
+/// block of a known `type`.
+fn refine(document: &mut serde_json::Value) {
+    use serde_json::json;
+    let schemas = &mut document["components"]["schemas"];
+    let resource = &mut schemas["ResourceBody"];
+    resource["properties"]["blob"]["pattern"] = json!(BASE64);
+    resource["oneOf"] = json!([
+        {"required": ["text"], "properties": {"text": {"type": "string"}}},
+        {"required": ["blob"], "properties": {"blob": {"type": "string"}}},
+    ]);
+    let annotations = json!({
+        "description": "MCP annotations.",
+        "type": ["object", "null"],
+        "additionalProperties": false,
+        "properties": {
+            "audience": {"type": "array", "items": {"enum": ["user", "assistant"]}},
+            "priority": {"type": "number", "minimum": 0, "maximum": 1},
+            "lastModified": {"type": "string", "pattern": RFC3339},
+        },
+    });
+    schemas["BatchBody"]["properties"]["delete"]["items"] =
+        json!({"type": "string", "pattern": ABSOLUTE_URI, "maxLength": 2048});
+    schemas["BatchBody"]["properties"]["delete"]["uniqueItems"] = json!(true);
+    for body in ["ResourceBody", "TemplateBody"] {
+        schemas[body]["properties"]["annotations"] = annotations.clone();
+    }
+    schemas["PromptMessage"]["properties"]["content"] = json!({
+        "description": "An MCP content block; its texts (and a resource's or link's `uri`) are MiniJinja \
+                        templates rendered with the prompt's arguments.",
+        "type": "object",
+        "required": ["type"],
+        "properties": {"type": {"enum": ["text", "image", "audio", "resource_link", "resource"]}},
+    });
+}
+
 /// Generated once; the document never changes while the process runs.
-static DOCUMENT: LazyLock<String> =
-    LazyLock::new(|| AdminApi::openapi().to_json().unwrap_or_else(|error| format!(r#"{{"error":"{error}"}}"#)));
+static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
+    let mut document = serde_json::to_value(AdminApi::openapi()).unwrap_or_default();
+    refine(&mut document);
+    document.to_string()
+});
 
 /// The OpenAPI document.
 pub async fn document() -> impl IntoResponse {

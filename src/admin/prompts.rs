@@ -30,6 +30,7 @@ pub struct PromptBody {
     pub description: Option<String>,
     #[serde(default)]
     pub arguments: Vec<PromptArgument>,
+    #[schema(min_items = 1)]
     pub messages: Vec<PromptMessage>,
 }
 
@@ -64,7 +65,7 @@ fn prompt_missing(name: &PromptName) -> impl FnOnce(StoreError) -> ApiError + '_
 }
 
 /// Create or replace a prompt.
-#[utoipa::path(put, path = "/admin/v1/agents/{agent_id}/prompts/{name}", tag = "prompts", request_body = PromptBody,
+#[utoipa::path(put, path = "/admin/v1/agents/{agent_id}/prompts/{name}", operation_id = "putPrompt", tag = "prompts", request_body = PromptBody,
     params(("agent_id" = String, Path), ("name" = String, Path, description = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")),
     security(("operator" = []), ("agentKey" = [])),
     responses((status = 201, description = "Created", body = Prompt),
@@ -89,7 +90,7 @@ pub async fn put(
 }
 
 /// List prompts, ordered by name.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/prompts", tag = "prompts",
+#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/prompts", operation_id = "listPrompts", tag = "prompts",
     params(("agent_id" = String, Path),
            ("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
            ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
@@ -108,7 +109,7 @@ pub async fn list(
 }
 
 /// Read a prompt.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/prompts/{name}", tag = "prompts",
+#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/prompts/{name}", operation_id = "getPrompt", tag = "prompts",
     params(("agent_id" = String, Path), ("name" = String, Path)),
     security(("operator" = []), ("agentKey" = [])),
     responses((status = 200, description = "The prompt", body = Prompt),
@@ -125,7 +126,7 @@ pub async fn get(
 }
 
 /// Delete a prompt.
-#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}/prompts/{name}", tag = "prompts",
+#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}/prompts/{name}", operation_id = "deletePrompt", tag = "prompts",
     params(("agent_id" = String, Path), ("name" = String, Path)),
     security(("operator" = []), ("agentKey" = [])),
     responses((status = 204, description = "Deleted"),

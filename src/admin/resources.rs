@@ -29,12 +29,14 @@ use crate::store::StoreError;
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResourceBody {
-    /// An absolute URI (RFC 3986), at most 2048 bytes.
-    #[schema(example = "test://static-text")]
+    /// An absolute URI (RFC 3986: a scheme, no fragment), at most 2048 bytes.
+    #[schema(example = "test://static-text", max_length = 2048)]
     pub uri: String,
+    /// Not blank.
     pub name: String,
     pub title: Option<String>,
     pub description: Option<String>,
+    /// A media type, `type/subtype` with optional parameters.
     pub mime_type: Option<String>,
     /// MCP annotations: `audience`, `priority`, `lastModified`.
     #[schema(value_type = Option<Object>)]
@@ -133,7 +135,7 @@ pub fn upsert_status(created: bool) -> StatusCode {
 }
 
 /// Create or replace a resource.
-#[utoipa::path(put, path = "/admin/v1/agents/{agent_id}/resources", tag = "resources", request_body = ResourceBody,
+#[utoipa::path(put, path = "/admin/v1/agents/{agent_id}/resources", operation_id = "putResource", tag = "resources", request_body = ResourceBody,
     params(("agent_id" = String, Path)),
     security(("operator" = []), ("agentKey" = [])),
     responses((status = 201, description = "Created (without content)", body = Resource),
@@ -152,7 +154,7 @@ pub async fn put(
 }
 
 /// List resources (without content), ordered by URI.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/resources", tag = "resources",
+#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/resources", operation_id = "listResources", tag = "resources",
     params(("agent_id" = String, Path),
            ("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
            ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
@@ -171,7 +173,7 @@ pub async fn list(
 }
 
 /// Read a resource with its content.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/resources/content", tag = "resources",
+#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/resources/content", operation_id = "getResource", tag = "resources",
     params(("agent_id" = String, Path), ("uri" = String, Query)),
     security(("operator" = []), ("agentKey" = [])),
     responses((status = 200, description = "The resource with `text` or `blob`", body = ResourceWithContent),
@@ -192,7 +194,7 @@ pub async fn content(
 }
 
 /// Delete a resource.
-#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}/resources", tag = "resources",
+#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}/resources", operation_id = "deleteResource", tag = "resources",
     params(("agent_id" = String, Path), ("uri" = String, Query)),
     security(("operator" = []), ("agentKey" = [])),
     responses((status = 204, description = "Deleted"),

@@ -3,7 +3,8 @@
 //! serde's derived structs also accept a sequence (`[1, 2]` for `{"requestsPerSecond": 1, "burst": 2}`),
 //! and so does `serde_json`. On the admin API an array where an object belongs is a value of the wrong
 //! type (400), so request bodies are deserialised through [`Strict`], which offers structs only maps.
-//! Everything else behaves as `serde_json::from_value` does, with the same error messages.
+//! Everything else behaves as `serde_json::from_value` does, with the same error messages, except that an
+//! integer field also takes a number with a zero fraction (`5.0`), which JSON Schema counts as an integer.
 
 use serde::de::value::StrDeserializer;
 use serde::de::{self, DeserializeSeed, IntoDeserializer, Unexpected, Visitor};
@@ -34,6 +35,36 @@ fn unexpected(value: &Value) -> Unexpected<'_> {
         Value::Array(_) => Unexpected::Seq,
         Value::Object(_) => Unexpected::Map,
     }
+}
+
+/// A number with a zero fraction that a double holds exactly (`5.0`, `1e3`), as the integer it is: JSON
+/// Schema, and so the OpenAPI document, counts it as an integer.
+fn whole(value: &Value) -> Option<i64> {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    let f = value.as_f64().filter(|_| value.is_f64())?;
+    if f.fract() != 0.0 || f.abs() > EXACT {
+        return None;
+    }
+    // Exact: |f| is at most 2^53 and whole.
+    #[allow(clippy::cast_possible_truncation)]
+    Some(f as i64)
+}
+
+/// The integer methods of [`Strict`]: a whole float is read as its integer ([`whole`]), anything else as it is.
+macro_rules! integers_take_whole_floats {
+    ($($method:ident)*) => {
+        $(
+            fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+                match whole(self.0) {
+                    Some(integer) => match u64::try_from(integer) {
+                        Ok(unsigned) => visitor.visit_u64(unsigned),
+                        Err(_) => visitor.visit_i64(integer),
+                    },
+                    None => self.deserialize_any(visitor),
+                }
+            }
+        )*
+    };
 }
 
 impl<'de> de::Deserializer<'de> for Strict<'de> {
@@ -91,8 +122,13 @@ impl<'de> de::Deserializer<'de> for Strict<'de> {
         visitor.visit_newtype_struct(self)
     }
 
+    integers_take_whole_floats! {
+        deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64 deserialize_u8 deserialize_u16
+        deserialize_u32 deserialize_u64
+    }
+
     serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf unit unit_struct
+        bool i128 u128 f32 f64 char str string bytes byte_buf unit unit_struct
         seq tuple tuple_struct map identifier ignored_any
     }
 }
@@ -175,6 +211,18 @@ mod tests {
         let message: PromptMessage =
             from_value(&json!({"role": "user", "content": {"type": "text", "text": "x"}})).expect("valid");
         assert_eq!(message.content["text"], "x");
+    }
+
+    #[test]
+    fn whole_floats_are_integers() {
+        let limit: RateLimit = from_value(&json!({"requestsPerSecond": 5.0, "burst": 1e3})).expect("whole");
+        assert_eq!((limit.requests_per_second, limit.burst), (5, 1000));
+        let error = message(from_value::<RateLimit>(&json!({"requestsPerSecond": 1.5, "burst": 1})).expect_err("frac"));
+        assert!(error.starts_with("invalid type: floating point"), "{error}");
+        let error = message(from_value::<RateLimit>(&json!({"requestsPerSecond": -1.0, "burst": 1})).expect_err("neg"));
+        assert!(error.starts_with("invalid value: integer `-1`"), "{error}");
+        let extra: Body = from_value(&json!({"name": "a", "extra": 2.0})).expect("valid");
+        assert_eq!(extra.extra, Some(json!(2.0)), "values that are not integers keep their type");
     }
 
     #[test]

@@ -29,11 +29,13 @@ use crate::store::StoreError;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TemplateBody {
     /// RFC 6570.
-    #[schema(example = "test://template/{id}/data")]
+    #[schema(example = "test://template/{id}/data", min_length = 1)]
     pub uri_template: String,
+    /// Not blank.
     pub name: String,
     pub title: Option<String>,
     pub description: Option<String>,
+    /// A media type, `type/subtype` with optional parameters.
     pub mime_type: Option<String>,
     #[schema(value_type = Option<Object>)]
     pub annotations: Option<Value>,
@@ -83,7 +85,7 @@ impl TemplateBody {
 }
 
 /// Create or replace a resource template.
-#[utoipa::path(put, path = "/admin/v1/agents/{agent_id}/resource-templates", tag = "resource templates",
+#[utoipa::path(put, path = "/admin/v1/agents/{agent_id}/resource-templates", operation_id = "putResourceTemplate", tag = "resource templates",
     request_body = TemplateBody,
     params(("agent_id" = String, Path)),
     security(("operator" = []), ("agentKey" = [])),
@@ -102,7 +104,7 @@ pub async fn put(
 }
 
 /// List resource templates, ordered by `uriTemplate`.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/resource-templates", tag = "resource templates",
+#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/resource-templates", operation_id = "listResourceTemplates", tag = "resource templates",
     params(("agent_id" = String, Path),
            ("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
            ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
@@ -121,7 +123,7 @@ pub async fn list(
 }
 
 /// Delete a resource template.
-#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}/resource-templates", tag = "resource templates",
+#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}/resource-templates", operation_id = "deleteResourceTemplate", tag = "resource templates",
     params(("agent_id" = String, Path), ("uriTemplate" = String, Query)),
     security(("operator" = []), ("agentKey" = [])),
     responses((status = 204, description = "Deleted"),

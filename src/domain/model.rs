@@ -10,7 +10,9 @@ use super::{AgentId, PromptName, ResourceUri, Scope};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RateLimit {
+    #[schema(minimum = 1, maximum = 4_294_967_295_i64)]
     pub requests_per_second: u32,
+    #[schema(minimum = 1, maximum = 4_294_967_295_i64)]
     pub burst: u32,
     /// Counted in the database by every replica together (exact, one database round trip per request)
     /// instead of by each replica on its own. Shown only when true.

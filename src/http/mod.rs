@@ -25,6 +25,8 @@ pub mod auth;
 /// Limits on the request itself (target, header fields, JSON nesting, time) and the answers of the layers
 /// that cut a request short.
 pub mod limits;
+/// The landing page at `/` and the API reference (Swagger UI over the OpenAPI document, embedded).
+pub mod page;
 
 /// The request id header: taken from the client when present, else generated; echoed on the response.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -40,9 +42,11 @@ pub fn router(state: AppState) -> Router {
         // layers, each would clone and box the services inside it on every request.
         any(crate::mcp::transport::endpoint),
     );
-    if http.public_admin || !separate_operator {
-        routes = routes.nest("/admin/v1", admin(&state, crate::guard::admin_gate));
+    let with_admin = http.public_admin || !separate_operator;
+    if with_admin {
+        routes = with_reference(routes.nest("/admin/v1", admin(&state, crate::guard::admin_gate)));
     }
+    routes = routes.route("/", get(move || async move { page::landing(with_admin) }));
     if !separate_operator {
         routes = routes.route("/metrics", get(crate::metrics::handler));
     }
@@ -55,8 +59,18 @@ pub fn operator_router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(crate::metrics::handler))
-        .nest("/admin/v1", admin(&state, crate::guard::operator_admin_gate));
-    with_layers(routes, state)
+        .nest("/admin/v1", admin(&state, crate::guard::operator_admin_gate))
+        .route("/", get(|| async { page::landing(true) }));
+    with_layers(with_reference(routes), state)
+}
+
+/// `routes` with the API reference, which goes wherever the admin API goes.
+fn with_reference(routes: Router<AppState>) -> Router<AppState> {
+    let path = page::REFERENCE_PATH;
+    routes
+        .route(path.trim_end_matches('/'), get(page::reference_redirect))
+        .route(path, get(page::reference_index))
+        .route(&format!("{path}{{*file}}"), get(page::reference_asset))
 }
 
 /// The admin API with its own layers; `gate` is the listener's failed-authentication gate.

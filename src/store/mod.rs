@@ -163,7 +163,7 @@ pub trait Store: Send + Sync + 'static {
     /// Sets `revoked_at`; `NotFound` if the key does not exist or belongs to another agent.
     async fn revoke_key(&self, agent: &AgentId, key_id: &str, actor: &Actor) -> StoreResult<()>;
     /// Merges `patch` into the key (name, own rate limit); `NotFound` if the key does not exist or belongs to
-    /// another agent.
+    /// another agent, `Conflict` if it is revoked.
     async fn update_key(
         &self,
         agent: &AgentId,

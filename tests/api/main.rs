@@ -76,6 +76,8 @@ mod mcp_eras;
 mod mcp_methods;
 /// `GET /metrics` after known traffic.
 mod metrics;
+/// The OpenAPI document against the server, the landing page and the API reference.
+mod openapi;
 /// The operator endpoints on a listener of their own.
 mod operator;
 /// OpenTelemetry traces: `traceparent` and MCP `_meta` propagation (the `otel` feature).

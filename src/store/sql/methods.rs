@@ -559,6 +559,10 @@ macro_rules! impl_store_methods {
                 .map_err(Self::error)?
                 .ok_or(StoreError::NotFound)?
                 .into_key()?;
+                // A revoked key stays as it was revoked: its record is what the audit trail points at.
+                if before.revoked_at.is_some() {
+                    return Err(StoreError::Conflict);
+                }
                 let mut after = before.clone();
                 if let Some(name) = &patch.name {
                     after.name = name.clone();
