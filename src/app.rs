@@ -7,8 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::serve::{Listener, ListenerExt};
-use futures::FutureExt;
 use tokio::net::TcpListener;
 
 use crate::audit::{AuditTask, AuditWriter};
@@ -20,7 +18,10 @@ use crate::events::LocalBus;
 use crate::events::postgres::PgBus;
 use crate::events::retention::{Pruner, Retention};
 use crate::guard::{Guard, Reclaimer};
+use crate::http::admission::Admission;
 use crate::http::auth::{KeyCache, OperatorToken};
+use crate::http::connection::Settings;
+use crate::http::serve::Listener;
 use crate::mcp::hub::Hub;
 use crate::mcp::session::Sessions;
 use crate::metrics::{Levels, Metrics};
@@ -30,13 +31,15 @@ use crate::state::{AppState, Shared};
 use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{Store, StoreError, setting};
-use crate::tls::{ServerTls, TlsListener};
+use crate::tls::{ServerTls, TlsHandshake};
 
 /// The generated operator token's prefix, so it is never mistaken for an agent key.
 const OPERATOR_TOKEN_PREFIX: &str = "hgo_";
 
 pub struct Application {
-    listener: PublicListener,
+    listener: TcpListener,
+    /// The public listener's TLS handshakes, with `[tls]`.
+    tls: Option<TlsHandshake>,
     address: SocketAddr,
     /// The operator endpoints' own listener (`http.operator_listen`), when configured.
     operator: Option<(TcpListener, SocketAddr)>,
@@ -106,10 +109,7 @@ impl Application {
             .await
             .with_context(|| format!("binding the listen address {}", config.listen))?;
         let address = listener.local_addr()?;
-        let listener = match tls {
-            Some(tls) => PublicListener::Tls(tls.listen(listener, metrics.clone())?),
-            None => PublicListener::Plain(listener),
-        };
+        let tls = tls.map(|tls| tls.start(metrics.clone()));
         let operator_listener = match config.http.operator_listen {
             Some(operator_listen) => {
                 let listener = TcpListener::bind(operator_listen)
@@ -153,6 +153,7 @@ impl Application {
         };
         Ok(Self {
             listener,
+            tls,
             address,
             operator: operator_listener,
             state,
@@ -192,9 +193,12 @@ impl Application {
     /// (so that clients reconnect to another replica), gives in-flight requests the configured grace period
     /// and returns.
     pub async fn run_with_shutdown(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-        let grace = Duration::from_millis(self.state.config.http.shutdown_grace_ms);
-        let tls = matches!(self.listener, PublicListener::Tls(_));
+        let config = self.state.config.clone();
+        let grace = Duration::from_millis(config.http.shutdown_grace_ms);
+        let tls = self.tls.is_some();
         tracing::info!(address = %self.address, tls, backend = self.state.store.backend(), "listening");
+        let listeners = if self.operator.is_some() { 2 } else { 1 };
+        crate::http::serve::check_descriptor_limit(u64::from(config.http.max_connections) * listeners);
 
         let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
         let hub = self.state.hub.clone();
@@ -210,36 +214,38 @@ impl Application {
         let stopped = |mut stopping: tokio::sync::watch::Receiver<bool>| async move {
             let _ = stopping.wait_for(|stopping| *stopping).await;
         };
-        let router = crate::http::router(self.state.clone());
-        let public = async {
-            match self.listener {
-                PublicListener::Plain(listener) => serve(no_delay(listener), router, stopped(stopping.clone())).await,
-                PublicListener::Tls(listener) => serve(listener, router, stopped(stopping.clone())).await,
-            }
+        let listener = |name: &'static str, tcp: TcpListener, tls: Option<TlsHandshake>, router: axum::Router| {
+            let http = &config.http;
+            let trusted = config.rate_limits.trusted_proxies.clone();
+            let metrics = self.state.metrics.clone();
+            let admission =
+                Admission::new(name, http.max_connections, http.max_connections_per_address, trusted, metrics.clone());
+            let settings = Settings::new(
+                router,
+                Duration::from_millis(http.header_read_timeout_ms),
+                Duration::from_millis(http.idle_timeout_ms),
+                metrics,
+                name,
+            );
+            Listener { tcp, tls, admission, settings: Arc::new(settings) }
         };
+        let public = listener("public", self.listener, self.tls, crate::http::router(self.state.clone()));
+        let public = crate::http::serve::serve(public, stopped(stopping.clone()));
         let operator = async {
-            match self.operator {
-                Some((listener, address)) => {
-                    tracing::info!(%address, "operator endpoints listening");
-                    let router = crate::http::operator_router(self.state.clone());
-                    serve(no_delay(listener), router, stopped(stopping.clone())).await
-                }
-                None => Ok(()),
+            if let Some((tcp, address)) = self.operator {
+                tracing::info!(%address, "operator endpoints listening");
+                let operator = listener("operator", tcp, None, crate::http::operator_router(self.state.clone()));
+                crate::http::serve::serve(operator, stopped(stopping.clone())).await;
             }
         };
-        let servers = async {
-            tokio::try_join!(
-                public.map(|outcome| outcome.context("serving HTTP")),
-                operator.map(|outcome| { outcome.context("serving the operator endpoints") })
-            )
-        };
+        let servers = async { tokio::join!(public, operator) };
         // Drives the shutdown signal; once it came, the grace period starts.
         let deadline = async move {
             signal.await;
             tokio::time::sleep(grace).await;
         };
         tokio::select! {
-            outcome = servers => { outcome?; }
+            _ = servers => {}
             () = deadline => tracing::warn!(grace_ms = grace.as_millis() as u64, "shutdown grace period over; closing remaining connections"),
         }
         // Every request has ended: write the audit records still queued.
@@ -251,39 +257,6 @@ impl Application {
         tracing::info!("stopped");
         Ok(())
     }
-}
-
-/// The public listener: plain HTTP, or TLS when `[tls]` is configured.
-enum PublicListener {
-    Plain(TcpListener),
-    Tls(TlsListener),
-}
-
-/// `listener` with `TCP_NODELAY` on every connection it accepts: small answers go out at once instead of
-/// waiting on Nagle's algorithm for an ACK. (The TLS listener sets it itself, before the handshake.)
-fn no_delay(listener: TcpListener) -> impl Listener<Addr = SocketAddr> {
-    listener.tap_io(|tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "could not set TCP_NODELAY");
-        }
-    })
-}
-
-/// Serves `router` on `listener` until `stopped` completes, then stops accepting and waits for the open
-/// connections to finish. Each request carries its connection's peer address as `ConnectInfo<SocketAddr>`.
-async fn serve<L>(
-    listener: L,
-    router: axum::Router,
-    stopped: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()>
-where
-    L: Listener<Addr = SocketAddr>,
-{
-    // `tap_io` with nothing to do: it is what lets `ConnectInfo` take the peer address from any listener.
-    let listener = listener.tap_io(|_| {});
-    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(stopped)
-        .await
 }
 
 /// A background task that ends with its owner.

@@ -106,11 +106,32 @@ pub struct HttpConfig {
     /// Whether `listen` serves the admin API too (agents use their `registry` keys there); `false` needs
     /// `operator_listen`.
     pub public_admin: bool,
+    /// How long a client has to send a request's head (request line and header fields): from the connection's
+    /// start for its first request, from the head's first byte for the next ones. Beyond it the connection is
+    /// closed ([`crate::http::connection`]).
+    pub header_read_timeout_ms: u64,
+    /// How long a connection with no request in flight (nothing being answered, no stream open) stays open
+    /// waiting for the next one.
+    pub idle_timeout_ms: u64,
+    /// Connections each listener keeps open at once; one more is refused at once. 0: no cap.
+    pub max_connections: u32,
+    /// Connections one client address may keep open at once on each listener; a peer in
+    /// `rate_limits.trusted_proxies` is not capped (its clients are many). 0: no cap.
+    pub max_connections_per_address: u32,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        Self { request_timeout_ms: 30_000, shutdown_grace_ms: 10_000, operator_listen: None, public_admin: true }
+        Self {
+            request_timeout_ms: 30_000,
+            shutdown_grace_ms: 10_000,
+            operator_listen: None,
+            public_admin: true,
+            header_read_timeout_ms: 10_000,
+            idle_timeout_ms: 75_000,
+            max_connections: 16_384,
+            max_connections_per_address: 512,
+        }
     }
 }
 
@@ -778,7 +799,7 @@ impl Config {
                 message: format!("must be between 1 and {MAX_JSON_DEPTH}"),
             });
         }
-        let positive: [(&'static str, u64); 37] = [
+        let positive: [(&'static str, u64); 39] = [
             ("audit.queue_capacity", self.audit.queue_capacity as u64),
             ("audit.batch_size", self.audit.batch_size as u64),
             ("audit.flush_interval_ms", self.audit.flush_interval_ms),
@@ -786,6 +807,8 @@ impl Config {
             ("database.acquire_timeout_ms", self.database.acquire_timeout_ms),
             ("http.request_timeout_ms", self.http.request_timeout_ms),
             ("http.shutdown_grace_ms", self.http.shutdown_grace_ms),
+            ("http.header_read_timeout_ms", self.http.header_read_timeout_ms),
+            ("http.idle_timeout_ms", self.http.idle_timeout_ms),
             ("tls.reload_interval_ms", self.tls.reload_interval_ms),
             ("tls.handshake_timeout_ms", self.tls.handshake_timeout_ms),
             ("limits.max_body_bytes", self.limits.max_body_bytes as u64),
@@ -823,13 +846,15 @@ impl Config {
             }
         }
         // Times become `Duration`s and microsecond offsets: keep them far from overflowing.
-        let bounded: [(&'static str, u64, u64); 6] = [
+        let bounded: [(&'static str, u64, u64); 8] = [
             ("events.retention_secs", self.events.retention_secs, 10 * 365 * 24 * 60 * 60),
             ("sessions.idle_timeout_secs", self.sessions.idle_timeout_secs, 365 * 24 * 60 * 60),
             ("streams.keep_alive_ms", self.streams.keep_alive_ms, 60 * 60 * 1000),
             ("streams.queue_capacity", u64::from(self.streams.queue_capacity), 1 << 20),
             ("tls.reload_interval_ms", self.tls.reload_interval_ms, 24 * 60 * 60 * 1000),
             ("tls.handshake_timeout_ms", self.tls.handshake_timeout_ms, 10 * 60 * 1000),
+            ("http.header_read_timeout_ms", self.http.header_read_timeout_ms, 10 * 60 * 1000),
+            ("http.idle_timeout_ms", self.http.idle_timeout_ms, 24 * 60 * 60 * 1000),
         ];
         // A budget beyond any memory is a typo; 1 TiB also stays far from what a `usize` can count.
         const MAX_CACHE_BYTES: u64 = 1 << 40;

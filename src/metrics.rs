@@ -16,7 +16,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::{Family, MetricConstructor};
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -168,6 +168,32 @@ pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    /// `public` (`listen`) or `operator` (`http.operator_listen`).
+    pub listener: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConnectionRefusedLabels {
+    pub listener: &'static str,
+    /// The cap that refused the connection: `max_connections` or `max_connections_per_address`.
+    pub reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConnectionTimeoutLabels {
+    pub listener: &'static str,
+    /// `header_read` (`http.header_read_timeout_ms`) or `idle` (`http.idle_timeout_ms`).
+    pub timeout: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UnreadBodyLabels {
+    /// `drained` (read and discarded, the connection kept) or `closed` (answered with `Connection: close`).
+    pub outcome: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -228,6 +254,16 @@ pub struct Metrics {
     pub notification_lag: Histogram,
     /// Changed TLS certificate files taken (`ok`) or refused (`error`).
     pub tls_reloads: Family<OutcomeLabels, Counter>,
+    /// Connections open, by listener ([`crate::http::admission`]).
+    pub connections_open: Family<ListenerLabels, Gauge>,
+    /// Connections refused by a cap, by listener and cap.
+    pub connections_refused: Family<ConnectionRefusedLabels, Counter>,
+    /// Connections closed by a timeout, by listener and timeout ([`crate::http::connection`]).
+    pub connections_timed_out: Family<ConnectionTimeoutLabels, Counter>,
+    /// Failed `accept` calls (out of file descriptors or memory), by listener.
+    pub accept_errors: Family<ListenerLabels, Counter>,
+    /// HTTP/1 requests answered without their body having been read, by what became of the connection.
+    pub unread_bodies: Family<UnreadBodyLabels, Counter>,
 }
 
 impl fmt::Debug for Metrics {
@@ -257,6 +293,11 @@ impl Metrics {
             auth_lockouts: Counter::default(),
             notification_lag: latency_histogram(),
             tls_reloads: Family::default(),
+            connections_open: Family::default(),
+            connections_refused: Family::default(),
+            connections_timed_out: Family::default(),
+            accept_errors: Family::default(),
+            unread_bodies: Family::default(),
         };
         {
             let mut registry = metrics.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -311,6 +352,28 @@ impl Metrics {
                 "tls_certificate_reloads",
                 "Changed TLS certificate files, by outcome: taken (ok) or refused, the previous kept (error)",
                 metrics.tls_reloads.clone(),
+            );
+            r.register("connections_open", "Connections open, by listener", metrics.connections_open.clone());
+            r.register(
+                "connections_refused",
+                "Connections refused at once by a cap (max_connections, max_connections_per_address), by listener",
+                metrics.connections_refused.clone(),
+            );
+            r.register(
+                "connections_timed_out",
+                "Connections closed by a timeout (header_read, idle), by listener",
+                metrics.connections_timed_out.clone(),
+            );
+            r.register(
+                "accept_errors",
+                "Connections the listener failed to accept (out of file descriptors or memory), by listener",
+                metrics.accept_errors.clone(),
+            );
+            r.register(
+                "unread_bodies",
+                "HTTP/1 requests answered before their body was read: the body drained and the connection kept \
+                 (drained), or answered with Connection: close (closed)",
+                metrics.unread_bodies.clone(),
             );
         }
         metrics

@@ -1,16 +1,15 @@
 //! Native TLS on the public listener (`[tls]`), for deployments without a TLS-terminating proxy.
 //!
-//! [`TlsListener`] accepts TCP connections, runs each TLS handshake in a task of its own (bounded by
-//! `tls.handshake_timeout_ms`, so a slow client cannot hold up the others) and hands finished connections to
-//! `axum::serve`, which then serves them exactly like plain ones: client addresses, graceful shutdown and SSE
-//! streams are the same. ALPN offers HTTP/2 and HTTP/1.1.
+//! The listener's accept loop ([`crate::http::serve`]) runs each connection's TLS handshake ([`TlsHandshake`])
+//! in the connection's own task, bounded by `tls.handshake_timeout_ms`, so a slow client cannot hold up the
+//! others; the connection is then served exactly like a plain one: client addresses, caps, timeouts, graceful
+//! shutdown and SSE streams are the same. ALPN offers HTTP/2 and HTTP/1.1.
 //!
 //! The certificate and key are PEM files, re-read every `tls.reload_interval_ms`: when their contents
 //! change, the new pair is parsed and checked (the key must belong to the certificate) and then used for
 //! every new handshake; connections already open keep the certificate they were set up with. A pair that
 //! cannot be read or does not parse is logged, counted and ignored: the previous certificate stays in use.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -21,16 +20,12 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use crate::config::{ConfigError, TlsConfig};
 use crate::metrics::{Metrics, OutcomeLabels};
-
-/// Handshakes finished but not yet taken by the server, at most.
-const READY_CONNECTIONS: usize = 128;
 
 /// The cryptography every TLS connection of hivegate uses: *ring*, as the HTTP client's rustls does.
 pub fn provider() -> Arc<CryptoProvider> {
@@ -111,13 +106,21 @@ impl ResolvesServerCert for CurrentCertificate {
     }
 }
 
-/// A listener that serves TLS: TCP connections are accepted at once and their handshakes run concurrently;
-/// `accept` yields connections whose handshake has finished.
-pub struct TlsListener {
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    address: SocketAddr,
-    _acceptor: AbortOnDrop,
+/// The TLS side of the public listener: the handshake of each accepted connection, with the certificate
+/// loaded last; the certificate files are watched for as long as it lives.
+pub struct TlsHandshake {
+    acceptor: TlsAcceptor,
+    timeout: Duration,
     _reloader: AbortOnDrop,
+}
+
+impl TlsHandshake {
+    /// Runs the server side of the handshake on `tcp`, within `tls.handshake_timeout_ms`.
+    pub async fn accept(&self, tcp: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
+        tokio::time::timeout(self.timeout, self.acceptor.accept(tcp))
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out"))?
+    }
 }
 
 /// The configured certificate and key, loaded and checked, ready to serve.
@@ -161,84 +164,12 @@ impl ServerTls {
         })
     }
 
-    /// Starts accepting TLS connections on `tcp`, and watching the files.
-    pub fn listen(self, tcp: TcpListener, metrics: Arc<Metrics>) -> std::io::Result<TlsListener> {
-        let address = tcp.local_addr()?;
-        let (sender, ready) = mpsc::channel(READY_CONNECTIONS);
-        let accepting = tokio::spawn(accept(tcp, self.acceptor, self.handshake_timeout, sender));
+    /// Starts watching the files; the handshakes use whatever pair was loaded last.
+    pub fn start(self, metrics: Arc<Metrics>) -> TlsHandshake {
         let reloading =
             tokio::spawn(reload(self.files, self.seen, self.current, self.provider, self.reload_interval, metrics));
-        Ok(TlsListener { ready, address, _acceptor: AbortOnDrop(accepting), _reloader: AbortOnDrop(reloading) })
+        TlsHandshake { acceptor: self.acceptor, timeout: self.handshake_timeout, _reloader: AbortOnDrop(reloading) }
     }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(connection) => connection,
-            // The accepting task only ends when this listener is dropped: nothing more comes.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.address)
-    }
-}
-
-/// Accepts TCP connections until the listener is dropped; each handshake runs in a task of its own.
-async fn accept(
-    tcp: TcpListener,
-    acceptor: TlsAcceptor,
-    handshake_timeout: Duration,
-    ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
-) {
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = tcp.accept() => match accepted {
-                Ok(connection) => connection,
-                Err(error) => {
-                    accept_failed(error).await;
-                    continue;
-                }
-            },
-            () = ready.closed() => return,
-        };
-        // As on the plain listener: small answers go out at once, not after Nagle's wait for an ACK.
-        if let Err(error) = stream.set_nodelay(true) {
-            tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
-        }
-        let (acceptor, ready) = (acceptor.clone(), ready.clone());
-        tokio::spawn(async move {
-            let handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(stream));
-            // A handshake still under way when the server stops accepting is dropped with the listener.
-            let outcome = tokio::select! {
-                outcome = handshake => outcome,
-                () = ready.closed() => return,
-            };
-            match outcome {
-                Ok(Ok(tls)) => {
-                    let _ = ready.send((tls, peer)).await;
-                }
-                Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
-                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-            }
-        });
-    }
-}
-
-/// As `axum::serve` does for plain TCP: a connection that failed before it was accepted is skipped; when
-/// the process is out of file descriptors or memory, waits a moment before accepting again.
-async fn accept_failed(error: std::io::Error) {
-    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
-    if matches!(error.kind(), ConnectionRefused | ConnectionAborted | ConnectionReset) {
-        return;
-    }
-    tracing::error!(%error, "accepting a connection failed");
-    tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
 /// Re-reads the files every `interval`; a changed pair that parses replaces the current one.

@@ -1,5 +1,6 @@
-//! The HTTP surface: the public listener's router, the operator listener's (when `http.operator_listen` is
-//! set), their common layer stack, and the health endpoints.
+//! The HTTP surface: the listeners and their connections ([`serve`], [`connection`], [`admission`]), the
+//! public listener's router, the operator listener's (when `http.operator_listen` is set), their common layer
+//! stack, and the health endpoints.
 
 use std::time::Duration;
 
@@ -20,13 +21,19 @@ use tracing::Instrument as _;
 use crate::metrics::{HttpLabels, HttpRouteLabels, Refused};
 use crate::state::AppState;
 
+/// The connection caps of a listener, in total and per client address.
+pub mod admission;
 /// Authentication of agent keys and the operator token.
 pub mod auth;
+/// One connection served by hyper, with its header-read and idle timeouts and its unread request bodies.
+pub mod connection;
 /// Limits on the request itself (target, header fields, JSON nesting, time) and the answers of the layers
 /// that cut a request short.
 pub mod limits;
 /// The landing page at `/` and the API reference (Swagger UI over the OpenAPI document, embedded).
 pub mod page;
+/// The accept loop of a listener: caps, TLS handshakes, one task per connection, graceful shutdown.
+pub mod serve;
 
 /// The request id header: taken from the client when present, else generated; echoed on the response.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");

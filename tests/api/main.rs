@@ -38,6 +38,8 @@ mod batch;
 mod batch_tokens;
 /// The admin API client commands of the binary.
 mod cli;
+/// Connection hygiene: header-read and idle timeouts, connection caps, early refusals on keep-alive.
+mod connections;
 /// Fault injection between hivegate and PostgreSQL.
 mod faults;
 /// Every field a key writes has a size limit; list pages are bounded by bytes.
@@ -93,6 +95,8 @@ mod prompts;
 mod quotas;
 /// Rate limits per key, agent and admin credential; failed authentications per client address.
 mod rate_limits;
+/// A raw HTTP/1.1 client over TCP: stalled heads, pipelining, repeated header fields, chosen source addresses.
+mod raw;
 /// The README's curl sessions, run as written.
 mod readme;
 /// Several replicas on one PostgreSQL database, and a broken LISTEN connection.
