@@ -1,8 +1,9 @@
 //! Limits on the request itself, and the answers of the layers that cut a request short, in the format of
 //! the endpoint it was for: a JSON-RPC error on `/{agent_id}/mcp`, `application/problem+json` elsewhere.
 //!
-//! - [`refuse_head`]: the request target (`limits.max_uri_bytes`, 414) and the header fields
-//!   (`limits.max_header_bytes`, 431), before anything else looks at the request. This is a check on the
+//! - [`refuse_head`]: the request target (`limits.max_uri_bytes`, 414), the header fields
+//!   (`limits.max_header_bytes`, 431) and, outside the MCP endpoint, a duplicate or malformed `Host` or
+//!   `Origin` (400), before anything else looks at the request. This is a check on the
 //!   parsed request: hyper's own caps still apply below it (a request head must fit hyper's read buffer of
 //!   about 400 KiB, with at most 100 header fields, and a target of at most 65534 bytes), and hyper answers a
 //!   request over those with a bare 431 or 414 before hivegate sees it.
@@ -27,6 +28,7 @@ use futures::FutureExt;
 use crate::config::LimitsConfig;
 use crate::error::ApiError;
 use crate::mcp::error::McpError;
+use crate::mcp::origin::{single_host, single_origin};
 use crate::metrics::Limit;
 
 /// The route whose errors are JSON-RPC errors.
@@ -38,7 +40,9 @@ pub fn is_mcp(route: Option<&MatchedPath>) -> bool {
 }
 
 /// Refuses a request target longer than `limits.max_uri_bytes` (414) and header fields larger than
-/// `limits.max_header_bytes` together (431); the first before the second.
+/// `limits.max_header_bytes` together (431), in that order; then, except on the MCP endpoint (which answers
+/// 403 for them, [`crate::mcp::origin`]), a `Host` or `Origin` given twice or malformed (400, as RFC 9112
+/// §3.2 asks for `Host`).
 pub fn refuse_head(limits: &LimitsConfig, is_mcp: bool, request: &Request) -> Option<Response> {
     let uri_bytes = uri_len(request.uri());
     if uri_bytes > limits.max_uri_bytes {
@@ -60,6 +64,13 @@ pub fn refuse_head(limits: &LimitsConfig, is_mcp: bool, request: &Request) -> Op
             "the header fields are {header_bytes} bytes; at most {limit} are allowed (limits.max_header_bytes)"
         );
         return Some(ApiError::limited(Limit::Header, ApiError::HeaderFieldsTooLarge(detail)).into_response());
+    }
+    // The MCP endpoint refuses these with its own 403 (Host and Origin come first in its order of checks).
+    if !is_mcp {
+        let headers = request.headers();
+        if let Err(detail) = single_host(headers).and_then(|_| single_origin(headers)) {
+            return Some(ApiError::BadRequest(detail).into_response());
+        }
     }
     None
 }

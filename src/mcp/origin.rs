@@ -1,7 +1,11 @@
 //! DNS-rebinding protection (required by the Streamable HTTP transport): the `Host` and, when present, the
 //! `Origin` of every request to the MCP endpoint must be loopback names or on the configured allow-lists
-//! (`mcp.allowed_hosts`, `mcp.allowed_origins`; an entry `*` allows any). Anything else is 403.
+//! (`mcp.allowed_hosts`, `mcp.allowed_origins`; an entry `*` allows any). Anything else is 403, and so is a
+//! `Host` or `Origin` given twice or not well-formed ([`single_host`], [`single_origin`]), whatever the
+//! allow-lists say: with two values, which one a check saw and which one a proxy or browser acted on could
+//! differ. Other routes refuse the same fields with 400 ([`crate::http::limits::refuse_head`]).
 
+use axum::http::uri::Authority;
 use axum::http::{HeaderMap, Uri, header};
 
 use super::error::McpError;
@@ -10,19 +14,70 @@ use crate::config::McpConfig;
 /// Checks `Host` (or the URI authority for HTTP/2) and `Origin`. A request without a `Host` passes: a
 /// browser, the only client a rebinding attack can drive, always sends one.
 pub fn check(headers: &HeaderMap, uri: &Uri, config: &McpConfig) -> Result<(), McpError> {
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).or_else(|| uri.authority().map(|a| a.as_str()));
+    let host = single_host(headers).map_err(McpError::OriginNotAllowed)?;
+    let host = host.or_else(|| uri.authority().map(Authority::as_str));
     if let Some(host) = host
         && !is_allowed_host(host, &config.allowed_hosts)
     {
         return Err(McpError::OriginNotAllowed(format!("Host {host:?} is not allowed")));
     }
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        let origin = origin.to_str().unwrap_or("");
-        if !is_allowed_origin(origin, &config.allowed_origins) {
-            return Err(McpError::OriginNotAllowed(format!("Origin {origin:?} is not allowed")));
-        }
+    if let Some(origin) = single_origin(headers).map_err(McpError::OriginNotAllowed)?
+        && !is_allowed_origin(origin, &config.allowed_origins)
+    {
+        return Err(McpError::OriginNotAllowed(format!("Origin {origin:?} is not allowed")));
     }
     Ok(())
+}
+
+/// The request's `Host`, if it has one; an error (saying why) when it has several, or one that is not
+/// `host[:port]` (RFC 9110 §7.2: no user information, no path, a numeric port).
+pub fn single_host(headers: &HeaderMap) -> Result<Option<&str>, String> {
+    let Some(host) = single(headers, header::HOST)? else { return Ok(None) };
+    if is_authority(host) {
+        Ok(Some(host))
+    } else {
+        Err(format!("Host {host:?} is not a host name or address with an optional port"))
+    }
+}
+
+/// The request's `Origin`, if it has one; an error (saying why) when it has several, or one that is neither
+/// `null` nor `scheme://host[:port]` (RFC 6454 §7).
+pub fn single_origin(headers: &HeaderMap) -> Result<Option<&str>, String> {
+    let Some(origin) = single(headers, header::ORIGIN)? else { return Ok(None) };
+    let is_origin = origin == "null"
+        || origin.split_once("://").is_some_and(|(scheme, authority)| {
+            scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+                && is_authority(authority)
+        });
+    if is_origin { Ok(Some(origin)) } else { Err(format!("Origin {origin:?} is not a serialized origin")) }
+}
+
+/// The one value of the field `name`, if present; an error when it is given more than once or is not
+/// visible ASCII.
+fn single(headers: &HeaderMap, name: header::HeaderName) -> Result<Option<&str>, String> {
+    let mut values = headers.get_all(&name).iter();
+    let Some(value) = values.next() else { return Ok(None) };
+    if values.next().is_some() {
+        return Err(format!("the {name} header field is given more than once"));
+    }
+    value.to_str().map(Some).map_err(|_| format!("the {name} header field is not visible ASCII"))
+}
+
+/// `host[:port]`: an authority without user information, with a port of at most 5 digits if any.
+fn is_authority(text: &str) -> bool {
+    let Ok(authority) = text.parse::<Authority>() else { return false };
+    let host = authority.host();
+    if host.is_empty() || text.contains('@') {
+        return false;
+    }
+    match text.strip_prefix(host) {
+        Some("") => true,
+        Some(rest) => rest
+            .strip_prefix(':')
+            .is_some_and(|port| port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u16>().is_ok()),
+        None => false,
+    }
 }
 
 fn is_allowed_host(host: &str, allowed: &[String]) -> bool {
@@ -103,6 +158,32 @@ mod tests {
         assert!(request(Some("localhost"), Some("null"), &config).is_err());
         assert!(request(Some("localhost.evil.com"), None, &config).is_err());
         assert!(request(Some("127.0.0.1.evil.com"), None, &config).is_err());
+    }
+
+    #[test]
+    fn duplicate_or_malformed_fields_are_refused() {
+        let open =
+            McpConfig { allowed_hosts: vec!["*".into()], allowed_origins: vec!["*".into()], ..McpConfig::default() };
+        for host in ["", "a b", "user@localhost", "localhost:abc", "localhost/x", "[::1", "localhost:99999", "h:"] {
+            assert!(request(Some(host), None, &open).is_err(), "{host:?}");
+        }
+        for origin in ["", "localhost", "http://", "http://a@localhost", "http://localhost/", "1x://localhost"] {
+            assert!(request(Some("localhost"), Some(origin), &open).is_err(), "{origin:?}");
+        }
+        assert!(request(Some("localhost"), Some("null"), &open).is_ok());
+        assert!(request(Some("h.example:8080"), Some("https://app.example:8443"), &open).is_ok());
+        let config = McpConfig::default();
+        let mut headers = HeaderMap::new();
+        headers.append(header::HOST, HeaderValue::from_static("localhost"));
+        headers.append(header::HOST, HeaderValue::from_static("localhost"));
+        assert!(check(&headers, &Uri::from_static("/a/mcp"), &config).is_err(), "Host twice, even the same");
+        let mut headers = HeaderMap::new();
+        headers.append(header::ORIGIN, HeaderValue::from_static("http://localhost"));
+        headers.append(header::ORIGIN, HeaderValue::from_static("http://evil.example"));
+        assert!(check(&headers, &Uri::from_static("/a/mcp"), &config).is_err(), "Origin twice");
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_bytes(b"localhost\xff").expect("opaque bytes"));
+        assert!(check(&headers, &Uri::from_static("/a/mcp"), &config).is_err(), "not ASCII");
     }
 
     #[test]

@@ -4,10 +4,18 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{Api, Backend, spawn_app};
+use crate::helpers::{Api, Backend, spawn_app, spawn_app_with};
 use crate::mcp_client::{Answer, Mcp, after_write, agent_with_key, seed_fixtures};
+use crate::raw::{Reader, connect};
 
-both!(order_of_checks, keys_and_scopes, revoked_key_is_refused_next, tenant_isolation, body_and_envelope_errors);
+both!(
+    order_of_checks,
+    duplicate_or_malformed_host_and_origin_are_refused,
+    keys_and_scopes,
+    revoked_key_is_refused_next,
+    tenant_isolation,
+    body_and_envelope_errors
+);
 
 const BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"resources/list"}"#;
 
@@ -63,6 +71,58 @@ async fn order_of_checks(backend: Backend) {
     // The bad body comes after all of these: unauthenticated garbage is 401, not 400.
     let response = app.anon(Method::POST, "/bot/mcp").body("{nope").send().await.unwrap();
     Answer::of(response).await.error(StatusCode::UNAUTHORIZED, -31401);
+}
+
+/// A `Host` or `Origin` given twice (even with the same value) or malformed is refused before anything else,
+/// whatever the allow-lists say: 403 with a JSON-RPC error (id null) on the MCP endpoint, 400 problem+json
+/// elsewhere; the same request with the field once is served.
+async fn duplicate_or_malformed_host_and_origin_are_refused(backend: Backend) {
+    let app = spawn_app_with(backend, |config| {
+        config.mcp.allowed_hosts = vec!["*".to_owned()];
+        config.mcp.allowed_origins = vec!["*".to_owned()];
+    })
+    .await;
+    let key = agent_with_key(&app, "bot").await;
+    let ask = |head: String| {
+        let app = &app;
+        async move {
+            let mut reader = Reader::new(connect(app).await);
+            reader.send(head.as_bytes()).await;
+            reader.answer().await
+        }
+    };
+    let mcp = |fields: &str| {
+        format!(
+            "POST /bot/mcp HTTP/1.1\r\n{fields}x-agent-api-key: {key}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n{BODY}",
+            BODY.len()
+        )
+    };
+    let admin = |fields: &str| {
+        format!("GET /admin/v1/agents HTTP/1.1\r\n{fields}authorization: Bearer {}\r\n\r\n", app.operator_token())
+    };
+    let good = "host: localhost\r\norigin: http://localhost:5173\r\n";
+    assert_eq!(ask(mcp(good)).await.status, 200);
+    assert_eq!(ask(admin(good)).await.status, 200);
+    let bad = [
+        "host: localhost\r\nhost: localhost\r\n",
+        "host: localhost\r\nhost: evil.example\r\n",
+        "host: localhost\r\norigin: http://localhost\r\norigin: http://evil.example\r\n",
+        "host: localhost:abc\r\n",
+        "host: user@localhost\r\n",
+        "host: localhost\r\norigin: http://localhost/path\r\n",
+        "host: localhost\r\norigin: localhost\r\n",
+    ];
+    for fields in bad {
+        let answer = ask(mcp(fields)).await;
+        assert_eq!(answer.status, 403, "{fields:?}: {}", answer.text());
+        let body = answer.json();
+        assert_eq!((body["error"]["code"].clone(), body["id"].clone()), (json!(-31403), Value::Null), "{fields:?}");
+        let answer = ask(admin(fields)).await;
+        assert_eq!(answer.status, 400, "{fields:?}: {}", answer.text());
+        assert_eq!(answer.header("content-type"), Some("application/problem+json"), "{fields:?}");
+        assert_eq!(answer.json()["status"], 400);
+    }
 }
 
 async fn keys_and_scopes(backend: Backend) {
