@@ -17,7 +17,8 @@ use crate::registry::cursor::{CursorCodec, ListKind};
 /// Protocol versions a fuzzed request may claim in `MCP-Protocol-Version` (picked by the first byte).
 const VERSIONS: [&str; 6] = ["", "2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"];
 
-/// A POST body through the JSON-RPC parser, era detection and the method table.
+/// A POST body through the pre-parse scan (nesting, duplicate keys), the JSON-RPC parser, era detection and
+/// the method table.
 pub fn mcp_request(data: &[u8]) {
     let (version, body) = match data.split_first() {
         Some((first, rest)) => (VERSIONS[usize::from(*first) % VERSIONS.len()], rest),
@@ -27,7 +28,15 @@ pub fn mcp_request(data: &[u8]) {
     if !version.is_empty() {
         headers.insert("mcp-protocol-version", HeaderValue::from_static(version));
     }
-    let messages = match jsonrpc::parse(body) {
+    let shape = crate::http::json_scan::scan(body, crate::config::MAX_JSON_DEPTH);
+    let parsed = jsonrpc::parse(body);
+    if let (Some(key), Ok(_)) = (&shape.duplicate_key, &parsed) {
+        assert!(key.len() <= body.len(), "a duplicate key is part of the body");
+    }
+    let messages = match parsed.and_then(|body| match shape.duplicate_key {
+        Some(key) => jsonrpc::refuse_duplicate_key(body, &key),
+        None => Ok(body),
+    }) {
         Ok(Body::Single(message)) => vec![message],
         Ok(Body::Batch(messages)) => {
             let _ = era::detect_batch(&headers, &messages);

@@ -1,7 +1,8 @@
 //! The admin API's own extractors, so malformed input always gets a problem+json answer.
 //!
-//! Bodies are read as bytes, parsed as JSON (400 when they do not parse), then deserialised into the
-//! request type: a value of the wrong JSON type is a 400, any other refusal (unknown field, missing
+//! Bodies are read as bytes, scanned for their nesting and for keys given twice in one object
+//! ([`crate::http::json_scan`], 400 either way), parsed as JSON (400 when they do not parse), then deserialised
+//! into the request type: a value of the wrong JSON type is a 400, any other refusal (unknown field, missing
 //! field, a value out of range or not among the allowed ones) a 422. Bodies are accepted whatever their
 //! `Content-Type`, like on the MCP endpoint.
 
@@ -36,19 +37,18 @@ where
                 ApiError::BadRequest(format!("cannot read the request body: {}", rejection.body_text()))
             }
         })?;
-        check_depth(&bytes, limits.max_json_depth)?;
+        let shape = crate::http::json_scan::scan(&bytes, limits.max_json_depth);
+        if shape.is_too_deep {
+            let max = limits.max_json_depth;
+            let detail = format!("the body nests arrays and objects deeper than {max} levels (limits.max_json_depth)");
+            return Err(ApiError::limited(Limit::JsonDepth, ApiError::BadRequest(detail)));
+        }
         let value = parse_json(&bytes)?;
+        if let Some(key) = shape.duplicate_key {
+            return Err(ApiError::BadRequest(format!("the key {key:?} appears twice in one object of the body")));
+        }
         from_value(value, "").map(JsonBody)
     }
-}
-
-/// 400 when the body nests arrays and objects deeper than `max` (counted over the bytes, before parsing).
-pub fn check_depth(bytes: &[u8], max: usize) -> Result<(), ApiError> {
-    if crate::http::limits::nests_deeper_than(bytes, max) {
-        let detail = format!("the body nests arrays and objects deeper than {max} levels (limits.max_json_depth)");
-        return Err(ApiError::limited(Limit::JsonDepth, ApiError::BadRequest(detail)));
-    }
-    Ok(())
 }
 
 /// Parses a body as JSON: 400 when it is not JSON.

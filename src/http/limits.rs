@@ -9,9 +9,8 @@
 //!   request over those with a bare 431 or 414 before hivegate sees it.
 //! - [`within`]: `http.request_timeout_ms` (408) and a handler that panics (500).
 //!
-//! The first two run in the outermost layer of every request ([`super::frame`]), which also counts it.
-//! - [`nests_deeper_than`]: `limits.max_json_depth`, counted over a body's bytes before it is parsed, by
-//!   the MCP endpoint and the admin API's body extractor.
+//! Both run in the outermost layer of every request ([`super::frame`]), which also counts it. The body's
+//! nesting (`limits.max_json_depth`) is checked by [`super::json_scan`] before it is parsed.
 //!
 //! Every refusal is marked with [`Refused`] so that the request counter counts it in `limit_refused`.
 
@@ -121,44 +120,6 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
     panic.downcast_ref::<&str>().copied().or_else(|| panic.downcast_ref::<String>().map(String::as_str)).unwrap_or("?")
 }
 
-/// Whether the JSON text `bytes` nests arrays and objects more than `max` levels deep (`{}` is one level,
-/// a scalar none). Brackets inside strings do not count. The bytes need not be valid JSON: only nesting is
-/// looked at, parsing comes after (and refuses what is not JSON). One pass, no allocation; the insides of
-/// strings, which make up most of a large body, are skipped with `memchr`.
-pub fn nests_deeper_than(bytes: &[u8], max: usize) -> bool {
-    let mut depth = 0usize;
-    let mut at = 0;
-    while let Some(&byte) = bytes.get(at) {
-        at += 1;
-        match byte {
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > max {
-                    return true;
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            b'"' => at = string_end(bytes, at),
-            _ => {}
-        }
-    }
-    false
-}
-
-/// The index just past the closing quote of the string whose contents start at `from` (the end of `bytes`
-/// when it is not closed).
-fn string_end(bytes: &[u8], mut from: usize) -> usize {
-    loop {
-        let Some(rest) = bytes.get(from..) else { return bytes.len() };
-        match memchr::memchr2(b'"', b'\\', rest) {
-            None => return bytes.len(),
-            // An escape: skip the escaped byte, which may be a quote.
-            Some(offset) if rest[offset] == b'\\' => from += offset + 2,
-            Some(offset) => return from + offset + 1,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use axum::Router;
@@ -167,31 +128,6 @@ mod tests {
     use axum::routing::get;
 
     use super::*;
-
-    #[test]
-    fn depth_counts_brackets_outside_strings() {
-        assert!(!nests_deeper_than(b"1", 0));
-        assert!(nests_deeper_than(b"{}", 0));
-        assert!(!nests_deeper_than(b"{}", 1));
-        assert!(!nests_deeper_than(br#"{"a": [1, {"b": []}], "c": {}}"#, 4));
-        assert!(nests_deeper_than(br#"{"a": [1, {"b": []}], "c": {}}"#, 3));
-        assert!(!nests_deeper_than(br#"{"a": "[[[[{{{{"}"#, 1), "brackets in strings do not count");
-        assert!(!nests_deeper_than(br#"{"a": "\"[[[[", "b": "\\", "c": 1}"#, 1), "escaped quotes stay inside");
-        assert!(nests_deeper_than(br#"{"a": "\\", "b": [[1]]}"#, 2), "an escaped backslash ends no string");
-        assert!(!nests_deeper_than(br#"{"a": "unterminated [[[["#, 1));
-        assert!(!nests_deeper_than(b"]]]]{", 1), "stray closers do not go below zero");
-        let deep = format!("{}{}", "[".repeat(65), "]".repeat(65));
-        assert!(nests_deeper_than(deep.as_bytes(), 64));
-        assert!(!nests_deeper_than(deep.as_bytes(), 65));
-    }
-
-    #[test]
-    fn depth_agrees_with_the_parser() {
-        // What the scan lets through at the parser's own limit, the parser takes; one more level it refuses.
-        let nested = |levels: usize| format!("{}{}", "[".repeat(levels), "]".repeat(levels));
-        let deepest = (1..200).take_while(|&n| serde_json::from_str::<serde_json::Value>(&nested(n)).is_ok()).last();
-        assert_eq!(deepest, Some(crate::config::MAX_JSON_DEPTH), "serde_json's recursion limit moved");
-    }
 
     #[test]
     fn sizes_count_what_the_client_sent() {

@@ -27,6 +27,8 @@ pub mod admission;
 pub mod auth;
 /// One connection served by hyper, with its header-read and idle timeouts and its unread request bodies.
 pub mod connection;
+/// One pass over a JSON body before it is parsed: nesting depth and duplicate object keys.
+pub mod json_scan;
 /// Limits on the request itself (target, header fields, JSON nesting, time) and the answers of the layers
 /// that cut a request short.
 pub mod limits;

@@ -141,6 +141,18 @@ pub fn parse(body: &[u8]) -> Result<Body, McpError> {
     Err(McpError::InvalidRequest("the body must be a JSON-RPC message object".to_owned()))
 }
 
+/// A parsed body in which some object has `key` twice (found by [`crate::http::json_scan`]): a single
+/// message becomes malformed (-32600 with its id, when it has one), a batch is refused as a whole (-32600,
+/// id null).
+pub fn refuse_duplicate_key(body: Body, key: &str) -> Result<Body, McpError> {
+    let error = || McpError::InvalidRequest(format!("the key {key:?} appears twice in one object"));
+    match body {
+        Body::Single(Ok(message)) => Ok(Body::Single(Err(Malformed { id: message.id().cloned(), error: error() }))),
+        Body::Single(Err(malformed)) => Ok(Body::Single(Err(malformed))),
+        Body::Batch(_) => Err(error()),
+    }
+}
+
 fn message(raw: &RawValue) -> Result<Message, Malformed> {
     let malformed =
         |id: Option<RequestId>, reason: &str| Malformed { id, error: McpError::InvalidRequest(reason.to_owned()) };

@@ -120,12 +120,18 @@ pub async fn post(
         Ok(bytes) => bytes,
         Err(error) => return unparsed(&admitted).attach(error.into_http(None)),
     };
-    // Nesting is part of "JSON" in the order of checks: counted over the bytes before they are parsed.
+    // Nesting is part of "JSON" in the order of checks: counted over the bytes before they are parsed. A
+    // key twice in one object is part of the JSON-RPC shape: refused once the body parsed.
     let max_depth = state.config.limits.max_json_depth;
-    if crate::http::limits::nests_deeper_than(&bytes, max_depth) {
+    let shape = crate::http::json_scan::scan(&bytes, max_depth);
+    if shape.is_too_deep {
         return unparsed(&admitted).attach(McpError::JsonTooDeep { limit: max_depth }.into_http(None));
     }
-    match jsonrpc::parse(&bytes) {
+    let parsed = jsonrpc::parse(&bytes).and_then(|body| match shape.duplicate_key {
+        Some(key) => jsonrpc::refuse_duplicate_key(body, &key),
+        None => Ok(body),
+    });
+    match parsed {
         Ok(Body::Single(message)) => {
             // The era is detected once, here: the trail and span need it, and `single` checks it.
             let detected = message.as_ref().ok().map(|m| era::detect(headers, m));

@@ -8,11 +8,12 @@ use serde_json::{Value, json};
 use crate::helpers::{
     Api, Backend, HivegateProcess, TestDatabase, expect_json, expect_problem, spawn_app, spawn_app_with, str_of, uris,
 };
-use crate::live_client::{Legacy, listen, listen_request};
+use crate::live_client::{Legacy, Next, QUIET, listen, listen_request};
 use crate::mcp_client::{Answer, Mcp, agent_with_key};
 
 both!(
     json_nesting_is_limited,
+    duplicate_keys_are_refused,
     request_head_is_limited,
     resource_uris_are_limited_everywhere,
     late_answers_are_408_in_the_endpoints_format,
@@ -73,6 +74,73 @@ async fn json_nesting_is_limited(backend: Backend) {
     assert_eq!(response.status(), StatusCode::CREATED, "8 levels are allowed: {}", response.text().await.unwrap());
 
     assert_eq!(refused(&app, "json_depth").await, 4.0);
+}
+
+/// A key twice in one object anywhere in a body (the parser would keep the last value) is refused and changes
+/// nothing: 400/-32600 on MCP (with the request's id when it has one), 400 problem+json on the admin API.
+async fn duplicate_keys_are_refused(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = agent_with_key(&app, "bot").await;
+    app.put_text("bot", "test://a", "a").await;
+    app.put_text("bot", "test://b", "b").await;
+    let mcp = Mcp::new(&app, "bot", &key);
+
+    // MCP: in params, deeper inside them, escaped, in the envelope, in a batch.
+    let read = r#"{"jsonrpc":"2.0","id":7,"method":"resources/read","params":{"uri":"test://a","uri":"test://b"}}"#;
+    let answer = Answer::of(mcp.post().body(read).send().await.unwrap()).await;
+    let error = answer.error(StatusCode::BAD_REQUEST, -32600);
+    assert!(str_of(error, "message").contains("\"uri\" appears twice"), "{error}");
+    assert_eq!(answer.body["id"], 7);
+    let bodies = [
+        r#"{"jsonrpc":"2.0","id":7,"method":"ping","params":{"_meta":{"a":{"k":1,"k":2}}}}"#,
+        r#"{"jsonrpc":"2.0","id":7,"method":"ping","params":{"k":1,"\u006b":2}}"#,
+        r#"{"jsonrpc":"2.0","id":7,"method":"ping","x":[{"y":1,"y":1}]}"#,
+    ];
+    for body in bodies {
+        let answer = Answer::of(mcp.post().body(body).send().await.unwrap()).await;
+        answer.error(StatusCode::BAD_REQUEST, -32600);
+        assert_eq!(answer.body["id"], 7, "{body}");
+    }
+    let batch =
+        r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping","params":{"a":1,"a":1}}]"#;
+    let answer = Answer::of(mcp.post().body(batch).send().await.unwrap()).await;
+    answer.error(StatusCode::BAD_REQUEST, -32600);
+    assert_eq!(answer.body["id"], Value::Null, "a batch has no one id");
+    // Not JSON is still -32700, whatever it repeats.
+    let answer = Answer::of(mcp.post().body(r#"{"a":1,"a":2"#).send().await.unwrap()).await;
+    answer.error(StatusCode::BAD_REQUEST, -32700);
+    // The same keys in different objects are fine.
+    let fine = r#"{"jsonrpc":"2.0","id":7,"method":"ping","params":{"a":{"a":1},"b":{"a":1}}}"#;
+    assert_eq!(Answer::of(mcp.post().body(fine).send().await.unwrap()).await.result(), &json!({}));
+
+    // A subscription asked for with two URIs is not made: replacing either sends no update.
+    let session = Legacy::initialize(&app, "bot", &key, "2025-06-18").await;
+    let mut stream = session.open(None).await;
+    let subscribe =
+        r#"{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"test://a","uri":"test://b"}}"#;
+    let request = session.request(Method::POST).header("accept", "application/json, text/event-stream");
+    Answer::of(request.body(subscribe).send().await.unwrap()).await.error(StatusCode::BAD_REQUEST, -32600);
+    app.put_text("bot", "test://a", "a2").await;
+    app.put_text("bot", "test://b", "b2").await;
+    // Their sizes changed: each sends its list change, and nothing else.
+    while let Next::Event(event) = stream.next_within(QUIET).await {
+        assert_eq!(event.method(), "notifications/resources/list_changed", "no update for a refused subscription");
+    }
+
+    // Admin: a resource, an agent patch, a batch; each refused and nothing stored or changed.
+    let put = r#"{"uri":"test://c","name":"c","text":"one","text":"two"}"#;
+    let response = app.op(Method::PUT, "/admin/v1/agents/bot/resources").body(put).send().await.unwrap();
+    let problem = expect_problem(response, StatusCode::BAD_REQUEST).await;
+    assert!(str_of(&problem, "detail").contains("\"text\" appears twice"), "{problem}");
+    let patch = r#"{"name":"First","description":"d","name":"Second"}"#;
+    let response = app.op(Method::PATCH, "/admin/v1/agents/bot").body(patch).send().await.unwrap();
+    expect_problem(response, StatusCode::BAD_REQUEST).await;
+    let batch = r#"{"upsert":[{"uri":"test://d","name":"d","text":"d","_meta":{"k":1,"k":2}}],"delete":["test://a"]}"#;
+    let response = app.op(Method::POST, "/admin/v1/agents/bot/resources/batch").body(batch).send().await.unwrap();
+    expect_problem(response, StatusCode::BAD_REQUEST).await;
+    let agent = expect_json(app.op(Method::GET, "/admin/v1/agents/bot").send().await.unwrap(), StatusCode::OK).await;
+    assert_eq!(agent["name"], "Agent bot");
+    assert_eq!(uris(&app.list_all("/admin/v1/agents/bot/resources", None).await), ["test://a", "test://b"]);
 }
 
 async fn request_head_is_limited(backend: Backend) {
