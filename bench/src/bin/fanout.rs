@@ -134,6 +134,8 @@ impl Server {
             .env("HIVEGATE_RATE_LIMITS__KEY_REQUESTS_PER_SECOND", "0")
             .env("HIVEGATE_RATE_LIMITS__AGENT_REQUESTS_PER_SECOND", "0")
             .env("HIVEGATE_DATABASE__MAX_CONNECTIONS", "32")
+            // Every stream comes from 127.0.0.1: the per-address connection cap would refuse all but 512.
+            .env("HIVEGATE_HTTP__MAX_CONNECTIONS_PER_ADDRESS", "0")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
