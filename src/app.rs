@@ -11,7 +11,6 @@ use tokio::net::TcpListener;
 
 use crate::audit::{AuditTask, AuditWriter};
 use crate::config::Config;
-use crate::domain::audit::ChainVerifier;
 use crate::domain::key::random_token;
 use crate::domain::{KeyDigest, KeyHasher};
 use crate::events::LocalBus;
@@ -276,44 +275,29 @@ pub async fn migrate_only(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `hivegate audit verify`: walks every agent's audit chain (or `agent`'s) and prints one line per chain.
-/// Fails when any chain is broken.
+/// `hivegate audit verify`: checks every agent's audit records (or `agent`'s) and prints one line per agent
+/// and per broken stream. Fails when anything is broken.
 pub async fn verify_audit(config: &Config, agent: Option<&str>) -> anyhow::Result<()> {
-    /// Records read per query while walking a chain.
-    const PAGE: u32 = 1000;
     let store = connect_with_retry(config, LocalBus::new()).await?;
     store.migrate().await.context("applying database migrations")?;
-    let heads = store.audit_heads(agent).await?;
-    if heads.is_empty() {
+    let report = crate::audit::verify::verify(store.as_ref(), agent).await?;
+    if report.agents.is_empty() && report.streams.is_empty() {
         let Some(agent) = agent else {
             println!("no audit chain");
             return Ok(());
         };
         anyhow::bail!("{}", no_audit_records(store.as_ref(), agent).await?);
     }
-    let mut broken = 0;
-    for head in heads {
-        let agent_id = head.agent_id.clone();
-        let mut verifier = ChainVerifier::new(head.clone());
-        let mut after = head.pruned_seq;
-        let outcome = loop {
-            let page = store.audit_chain_page(&agent_id, after, PAGE).await?;
-            if let Some(problem) = page.iter().find_map(|record| verifier.check(record).err()) {
-                break Err(problem);
-            }
-            match page.last() {
-                Some(last) if page.len() == PAGE as usize => after = last.chain_seq.unwrap_or(after),
-                _ => break verifier.finish(),
-            }
-        };
+    for (stream_id, problem) in &report.streams {
+        println!("BROKEN  stream {stream_id}: {problem}");
+    }
+    for (agent_id, outcome) in &report.agents {
         match outcome {
-            Ok(records) => println!("ok      {agent_id}: {records} records, head {}", head.hash),
-            Err(problem) => {
-                broken += 1;
-                println!("BROKEN  {agent_id}: {problem}");
-            }
+            Ok(records) => println!("ok      {agent_id}: {records} records"),
+            Err(problem) => println!("BROKEN  {agent_id}: {problem}"),
         }
     }
+    let broken = report.broken();
     anyhow::ensure!(broken == 0, "{broken} audit chain(s) broken");
     Ok(())
 }

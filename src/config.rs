@@ -335,6 +335,19 @@ pub struct AuditConfig {
     pub retention_days: u64,
     /// Per-agent exceptions to `retention_days` (agent id → days; 0 keeps that agent's records forever).
     pub agent_retention_days: std::collections::BTreeMap<String, u64>,
+    /// What an MCP request meets when the queue is full: served and its record dropped, or refused (503).
+    pub on_overload: OnOverload,
+}
+
+/// What happens to an MCP request while the audit queue is full.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnOverload {
+    /// Serve it; its record is dropped (counted and logged).
+    #[default]
+    Drop,
+    /// Refuse it: 503 with `Retry-After`, JSON-RPC -31503.
+    Reject,
 }
 
 impl Default for AuditConfig {
@@ -346,6 +359,7 @@ impl Default for AuditConfig {
             flush_interval_ms: 200,
             retention_days: 90,
             agent_retention_days: std::collections::BTreeMap::new(),
+            on_overload: OnOverload::Drop,
         }
     }
 }

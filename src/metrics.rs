@@ -411,7 +411,7 @@ impl Collector for Levels {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
         use std::sync::atomic::Ordering::Relaxed;
         let pool = self.store.pool_usage();
-        let gauges: [(&str, &str, i64); 6] = [
+        let gauges: [(&str, &str, i64); 7] = [
             (
                 "streams_open",
                 "SSE streams open on this replica (legacy GET and subscriptions/listen)",
@@ -419,6 +419,11 @@ impl Collector for Levels {
             ),
             ("cache_bytes", "Estimated bytes held by the registry cache", to_i64(self.registry.bytes() as u64)),
             ("audit_queue_depth", "MCP audit records accepted but not yet written", to_i64(self.audit.backlog())),
+            (
+                "audit_stream_agents",
+                "Agents whose audit chain head the writer's current stream holds in memory",
+                to_i64(self.audit.stream_agents.load(Relaxed)),
+            ),
             ("db_pool_connections", "Database connections open", i64::from(pool.size)),
             ("db_pool_idle_connections", "Database connections open and idle", to_i64(pool.idle as u64)),
             ("db_pool_max_connections", "Database connections allowed", i64::from(pool.max)),
@@ -427,7 +432,7 @@ impl Collector for Levels {
             let gauge = ConstGauge::new(value);
             gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
         }
-        let counters: [(&str, &str, u64); 3] = [
+        let counters: [(&str, &str, u64); 4] = [
             ("audit_records_written", "MCP audit records written", self.audit.written.load(Relaxed)),
             (
                 "audit_records_dropped",
@@ -438,6 +443,11 @@ impl Collector for Levels {
                 "audit_batches_failed",
                 "MCP audit batches that failed to write (retried, or split when the database refused a value)",
                 self.audit.failed_batches.load(Relaxed),
+            ),
+            (
+                "audit_requests_rejected",
+                "MCP requests refused with 503 because the audit queue was full (audit.on_overload = \"reject\")",
+                self.audit.rejected.load(Relaxed),
             ),
         ];
         for (name, help, value) in counters {

@@ -2,6 +2,8 @@
 
 /// The audit log's per-agent hash chain: hashing and verification.
 pub mod audit;
+/// MCP request records in writer streams: a batch in a few rows, each agent's chain verifiable alone.
+pub mod audit_stream;
 /// MCP content blocks and annotations: their checks at write time and their rendering at read time.
 pub mod content;
 /// Identifiers with a fixed syntax: agent ids, prompt names, resource URIs.

@@ -12,7 +12,10 @@ use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
 use crate::config::{AuditConfig, EventsConfig, SessionsConfig};
+use std::collections::HashMap;
+
 use crate::domain::AgentId;
+use crate::domain::audit_stream::RowHead;
 use crate::domain::time::Timestamp;
 use crate::store::Store;
 
@@ -83,10 +86,13 @@ async fn run(store: Arc<dyn Store>, retention: Retention) {
         if let Err(error) = prune_audit(store.as_ref(), &retention.audit, now).await {
             tracing::warn!(%error, "pruning the audit log failed; retrying at the next tick");
         }
+        if let Err(error) = prune_audit_streams(store.as_ref(), &retention.audit, now).await {
+            tracing::warn!(%error, "pruning the audit log's streams failed; retrying at the next tick");
+        }
     }
 }
 
-/// Prunes each agent's audit chain to its retention (the agent's own `auditRetentionDays`, else the
+/// Prunes each agent's audit chain (admin changes, and MCP records from before the writer streams) to its retention (the agent's own `auditRetentionDays`, else the
 /// configuration's; a deleted agent's chain by the configuration), oldest records first, keeping the chain
 /// verifiable.
 async fn prune_audit(store: &dyn Store, audit: &AuditConfig, now: i64) -> Result<(), crate::store::StoreError> {
@@ -105,6 +111,50 @@ async fn prune_audit(store: &dyn Store, audit: &AuditConfig, now: i64) -> Result
             if deleted < u64::from(AUDIT_PRUNE_BATCH) {
                 break;
             }
+        }
+    }
+    Ok(())
+}
+
+/// Prunes each writer stream's oldest rows, as a prefix of its chain of rows: a row goes once every agent
+/// whose records it holds is past its retention (so an agent kept longer keeps the rows it shares with
+/// others, and their records, as long as its own).
+async fn prune_audit_streams(store: &dyn Store, audit: &AuditConfig, now: i64) -> Result<(), crate::store::StoreError> {
+    /// Rows looked at per query.
+    const ROWS: u32 = 1_000;
+    // Each agent's retention, looked up once per sweep.
+    let mut kept: HashMap<String, Option<Duration>> = HashMap::new();
+    for head in store.audit_streams().await? {
+        let mut after = head.pruned_seq;
+        let mut through = None;
+        'rows: loop {
+            let rows = store.audit_stream_rows(&head.stream_id, after, ROWS, None, false).await?;
+            for row in &rows {
+                let heads: Vec<RowHead> = serde_json::from_str(&row.heads).unwrap_or_default();
+                for row_head in &heads {
+                    let agent = row_head.agent();
+                    if !kept.contains_key(agent) {
+                        let stored = match AgentId::parse(agent) {
+                            Ok(id) => store.get_agent(&id).await?.and_then(|agent| agent.audit_retention_days),
+                            Err(_) => None,
+                        };
+                        kept.insert(agent.to_owned(), audit.retention_of(agent, stored));
+                    }
+                    let expired = kept[agent].is_some_and(|keep| row.last_at < now.saturating_sub(micros(keep)));
+                    if !expired {
+                        break 'rows;
+                    }
+                }
+                through = Some(row.seq);
+            }
+            match rows.last() {
+                Some(last) if rows.len() == ROWS as usize => after = last.seq,
+                _ => break,
+            }
+        }
+        if let Some(through) = through {
+            let deleted = store.prune_audit_stream(&head.stream_id, through).await?;
+            tracing::debug!(stream = %head.stream_id, deleted, "pruned audit records");
         }
     }
     Ok(())

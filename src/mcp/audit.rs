@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use axum::body::HttpBody as _;
 use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderMap, header};
-use axum::response::Response;
+use axum::response::{IntoResponse as _, Response};
 use serde_json::Value;
 
 use super::dispatch::Method;
@@ -248,6 +248,11 @@ where
     F: FnOnce(Request) -> Fut,
     Fut: Future<Output = Response>,
 {
+    // With `audit.on_overload = "reject"`, the record's place in the queue is taken before the request is
+    // served: a full queue refuses it instead.
+    let Ok(mut reserved) = state.audit.reserve() else {
+        return super::error::McpError::AuditOverloaded.into_response();
+    };
     let started = Instant::now();
     let occurred_at = Timestamp::now();
     let headers = request.headers();
@@ -298,7 +303,7 @@ where
                 latency: item.latency,
                 trace_id: item.trace_id.or_else(|| trace_id.clone()),
             };
-            state.audit.record(common.clone().record(entry));
+            state.audit.record_reserved(reserved.take(), common.clone().record(entry));
         }
         return response;
     }
@@ -314,7 +319,7 @@ where
         latency: elapsed,
         trace_id,
     };
-    state.audit.record(common.record(entry));
+    state.audit.record_reserved(reserved, common.record(entry));
     response
 }
 

@@ -64,6 +64,9 @@ pub enum McpError {
     LockedOut { retry_after_ms: u64, attempts: u32, window_secs: u64 },
     #[error("database unavailable; retry shortly")]
     Unavailable,
+    /// The audit queue is full and `audit.on_overload` is `reject`: the request is not served unaudited.
+    #[error("the audit log is behind; retry shortly")]
+    AuditOverloaded,
     /// The replica is shutting down: no new streams; the client reconnects (to another replica).
     #[error("shutting down; reconnect")]
     ShuttingDown,
@@ -148,7 +151,9 @@ impl McpError {
             McpError::RateLimited { .. } | McpError::LockedOut { .. } => {
                 (StatusCode::TOO_MANY_REQUESTS, code::RATE_LIMITED)
             }
-            McpError::Unavailable | McpError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE),
+            McpError::Unavailable | McpError::ShuttingDown | McpError::AuditOverloaded => {
+                (StatusCode::SERVICE_UNAVAILABLE, code::UNAVAILABLE)
+            }
             McpError::MissingSession => (StatusCode::BAD_REQUEST, code::INVALID_REQUEST),
             McpError::UnknownSession => (StatusCode::NOT_FOUND, code::UNKNOWN_SESSION),
             McpError::TooManyStreams { .. } | McpError::TooManySessions { .. } => {
@@ -243,7 +248,7 @@ impl McpError {
             McpError::Unauthenticated | McpError::OperatorToken => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(CHALLENGE));
             }
-            McpError::Unavailable | McpError::ShuttingDown => {
+            McpError::Unavailable | McpError::ShuttingDown | McpError::AuditOverloaded => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static(UNAVAILABLE_RETRY_AFTER_SECS));
             }
             McpError::RateLimited { retry_after_ms } | McpError::LockedOut { retry_after_ms, .. } => {

@@ -6,6 +6,7 @@
 
 use async_trait::async_trait;
 
+use crate::domain::audit_stream::{AuditStream, StreamHead, VerifiedRow};
 use crate::domain::model::{
     Actor, Agent, AgentPatch, AuditFilter, AuditPosition, AuditRecord, ChangeEvent, Content, KeyPatch, KeyRecord,
     NewAgent, NewKey, NewPrompt, NewResource, NewResourceTemplate, Prompt, Resource, ResourceTemplate,
@@ -225,11 +226,29 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<Vec<AuditRecord>>;
 
-    /// Appends records (of MCP requests) to their agents' hash chains in one transaction. Fills in each
-    /// record's chain position (its hashes are stored, not set on it), and sorts the records by agent (each
-    /// agent's keep their order); a failed call may leave them so, and a retry sets them again.
-    async fn append_audit(&self, records: &mut [AuditRecord]) -> StoreResult<()>;
-    /// The heads of every agent's audit chain, or of `agent`'s, by agent id.
+    /// Appends records (of MCP requests) to their agents' hash chains in `stream`, in one transaction of a
+    /// few statements however many agents they span ([`crate::domain::audit_stream`]); the stream moves on
+    /// once they are stored. Sets each record's chain position and hashes, and sorts the records by bucket
+    /// and agent (each agent's keep their order); a failed call may leave them so, and a retry sets them
+    /// again.
+    async fn append_audit(&self, stream: &mut AuditStream, records: &mut [AuditRecord]) -> StoreResult<()>;
+    /// Every writer stream's head, by stream id.
+    async fn audit_streams(&self) -> StoreResult<Vec<StreamHead>>;
+    /// Rows of `stream` after position `after_seq`, in order, at most `limit`; with `records`, the records of
+    /// those whose heads name `agent` (of every row without an agent), else none.
+    async fn audit_stream_rows(
+        &self,
+        stream: &str,
+        after_seq: i64,
+        limit: u32,
+        agent: Option<&str>,
+        records: bool,
+    ) -> StoreResult<Vec<VerifiedRow>>;
+    /// Deletes `stream`'s rows up to position `through_seq` and moves its pruned anchor to that row, so that
+    /// the rest still verifies. Returns how many records were deleted.
+    async fn prune_audit_stream(&self, stream: &str, through_seq: i64) -> StoreResult<u64>;
+    /// The heads of every agent's audit chain, or of `agent`'s, by agent id: admin changes, and MCP records
+    /// stored before writer streams.
     async fn audit_heads(&self, agent: Option<&str>) -> StoreResult<Vec<crate::domain::audit::ChainHead>>;
     /// Deletes the oldest of `agent`'s audit records written before `before`, at most `max`, always a prefix
     /// of the chain, and moves the chain's pruned anchor to the last one deleted (so the rest still

@@ -385,7 +385,6 @@ impl StoredAuditRecord {
 pub(super) struct AuditSegmentRow {
     pub(super) agent_id: String,
     pub(super) first_seq: i64,
-    pub(super) last_at: i64,
     prev_hash: String,
     records: String,
 }
@@ -406,6 +405,83 @@ impl AuditSegmentRow {
             })
             .collect())
     }
+}
+
+/// A row of either audit format as the listing reads it: a segment (`owner` its agent, `position` its first
+/// record's, `prefix` the hash before it) or a stream's row (`owner` the stream, `position` the row's,
+/// `prefix` its heads).
+#[derive(sqlx::FromRow)]
+pub(super) struct AuditListRow {
+    pub(super) owner: String,
+    pub(super) position: i64,
+    pub(super) last_at: i64,
+    prefix: String,
+    records: String,
+}
+
+impl AuditListRow {
+    /// The row's records, each with the hash of the record before it in its agent's chain.
+    pub(super) fn into_records(self, is_stream: bool) -> StoreResult<Vec<AuditRecord>> {
+        if is_stream {
+            return stream_records(&self.owner, self.position, &self.prefix, &self.records);
+        }
+        AuditSegmentRow {
+            agent_id: self.owner,
+            first_seq: self.position,
+            prev_hash: self.prefix,
+            records: self.records,
+        }
+        .into_records()
+    }
+}
+
+/// A stream's row as verification reads it: its records only when asked for.
+#[derive(sqlx::FromRow)]
+pub(super) struct AuditStreamRow {
+    stream_id: String,
+    seq: i64,
+    last_at: i64,
+    prev_hash: String,
+    hash: String,
+    heads: String,
+    records: Option<String>,
+}
+
+impl AuditStreamRow {
+    pub(super) fn into_verified(self) -> StoreResult<crate::domain::audit_stream::VerifiedRow> {
+        let records = match &self.records {
+            Some(records) => Some(stream_records(&self.stream_id, self.seq, &self.heads, records)?),
+            None => None,
+        };
+        Ok(crate::domain::audit_stream::VerifiedRow {
+            seq: self.seq,
+            last_at: self.last_at,
+            prev_hash: self.prev_hash,
+            hash: self.hash,
+            heads: self.heads,
+            records,
+        })
+    }
+}
+
+/// The records of stream `stream`'s row `seq`, each with the hash before it in its agent's chain (the first
+/// of each agent's from the row's heads).
+fn stream_records(stream: &str, seq: i64, heads: &str, records: &str) -> StoreResult<Vec<AuditRecord>> {
+    use crate::domain::audit_stream::RowHead;
+    let corrupt =
+        |error: serde_json::Error| StoreError::Corrupt(format!("audit row {stream}/{seq} does not parse: {error}"));
+    let heads: Vec<RowHead> = serde_json::from_str(heads).map_err(corrupt)?;
+    let mut prev: std::collections::HashMap<String, AuditText> =
+        heads.into_iter().map(|RowHead(agent, _, hash, _, _)| (agent, AuditText::from(hash))).collect();
+    let stored: Vec<StoredAuditRecord> = serde_json::from_str(records).map_err(corrupt)?;
+    Ok(stored
+        .into_iter()
+        .map(|record| {
+            let hash = record.22.clone().unwrap_or_default();
+            let prev_hash = prev.get_mut(record.1.as_str()).map(|prev| std::mem::replace(prev, hash));
+            record.into_record(prev_hash)
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -341,6 +341,9 @@ macro_rules! impl_store {
     ($store:ty, $db:ty, $backend:literal) => {
         const _: () = {
             use $crate::domain::audit::ChainHead;
+            use $crate::domain::audit_stream::{
+                AuditStream, ROW_SPAN, RowHead, StreamHead, VerifiedRow, bucket_of, heads_pattern,
+            };
             use $crate::domain::model::{
                 Actor, Agent, AgentPatch, AuditFilter, AuditPosition, AuditRecord, ChangeEvent, Content, KeyPatch,
                 KeyRecord, NewAgent, NewKey, NewPrompt, NewResource, NewResourceTemplate, Prompt, Resource,
@@ -351,8 +354,9 @@ macro_rules! impl_store {
             use $crate::domain::{AgentId, PromptName, ResourceUri};
             use $crate::events::BusMessage;
             use $crate::store::rows::{
-                AgentRow, AuditSegmentRow, EventRow, KeyRow, PromptRow, ResourceContentRow, ResourceRow, TemplateRow,
-                json_string, json_text, record_digest, scopes_text, to_i64,
+                AgentRow, AuditListRow, AuditSegmentRow, AuditStreamRow, EventRow, KeyRow, PromptRow,
+                ResourceContentRow, ResourceRow, TemplateRow, json_string, json_text, record_digest, scopes_text,
+                to_i64,
             };
             use $crate::store::sql::sessions::{PRUNE_BATCH, SessionRow};
             use $crate::store::sql::{

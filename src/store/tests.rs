@@ -15,7 +15,7 @@ use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
 use super::{Store, StoreError};
 use crate::config::DatabaseConfig;
-use crate::domain::audit::ChainVerifier;
+use crate::domain::audit_stream::AuditStream;
 use crate::domain::model::AuditRecord;
 use crate::domain::model::{
     Actor, AgentPatch, Content, KeyPatch, NewAgent, NewKey, NewPrompt, NewResource, NewResourceTemplate, PromptMessage,
@@ -421,25 +421,17 @@ fn mcp_record(agent: &str, n: i64) -> AuditRecord {
     }
 }
 
-/// Checks every agent's chain from its first record to its head; returns each agent's head position.
+/// Checks every agent's records in every chain (its own and the writer streams'); returns each agent's
+/// number of records.
 async fn verify_chains(store: &dyn Store) -> Result<Vec<(String, i64)>, Box<dyn std::error::Error>> {
-    let heads = store.audit_heads(None).await?;
-    for head in &heads {
-        let mut verifier = ChainVerifier::new(head.clone());
-        let mut after = 0;
-        loop {
-            let page = store.audit_chain_page(&head.agent_id, after, 500).await?;
-            for record in &page {
-                verifier.check(record).map_err(|problem| format!("{}: {problem}", head.agent_id))?;
-            }
-            match page.last() {
-                Some(last) => after = last.chain_seq.ok_or("a chained record")?,
-                None => break,
-            }
-        }
-        assert_eq!(verifier.finish()?, u64::try_from(head.seq)?);
+    let report = crate::audit::verify::verify(store, None).await?;
+    assert!(report.streams.is_empty(), "{:?}", report.streams);
+    let mut counts = Vec::new();
+    for (agent, outcome) in report.agents {
+        let records = outcome.map_err(|problem| format!("{agent}: {problem}"))?;
+        counts.push((agent, i64::try_from(records)?));
     }
-    Ok(heads.into_iter().map(|head| (head.agent_id, head.seq)).collect())
+    Ok(counts)
 }
 
 /// Batches of MCP audit records, large ones and a small one, for one busy agent interleaved with a hundred
@@ -452,9 +444,10 @@ async fn large_audit_batches(store: &dyn Store) -> TestResult {
 
     let agent = |n: i64| if n % 3 == 0 { "busy".to_owned() } else { format!("agent-{:03}", n % 101) };
     let mut records: Vec<AuditRecord> = (0..1_234).map(|n| mcp_record(&agent(n), n)).collect();
-    store.append_audit(&mut records[..600]).await?;
-    store.append_audit(&mut records[600..603]).await?;
-    store.append_audit(&mut records[603..]).await?;
+    let mut stream = AuditStream::new();
+    store.append_audit(&mut stream, &mut records[..600]).await?;
+    store.append_audit(&mut stream, &mut records[600..603]).await?;
+    store.append_audit(&mut stream, &mut records[603..]).await?;
     // More than two segments' worth (at most 1,000 records each), over more than one segment's span of time
     // (60 s): 37 s apart, back and forth, some at one time so that only the id orders them.
     let base = Timestamp::now().as_micros();
@@ -464,7 +457,7 @@ async fn large_audit_batches(store: &dyn Store) -> TestResult {
             ..mcp_record("wide", n)
         })
         .collect();
-    store.append_audit(&mut wide).await?;
+    store.append_audit(&mut stream, &mut wide).await?;
     let mut expected = std::collections::BTreeMap::new();
     for n in 0..1_234 {
         *expected.entry(agent(n)).or_insert(0) += 1;
@@ -503,8 +496,8 @@ async fn large_audit_batches(store: &dyn Store) -> TestResult {
     Ok(())
 }
 
-/// Writers appending batches at once, each over the same fifty agents in its own order: none deadlocks or
-/// fails, and every chain verifies with every record in it.
+/// Writers appending batches at once, each in its own stream over the same fifty agents in its own order:
+/// none deadlocks or fails, and every chain verifies with every record in it.
 async fn concurrent_audit_batches(store: Arc<dyn Store>) -> TestResult {
     const WRITERS: i64 = 4;
     const BATCHES: i64 = 5;
@@ -514,11 +507,12 @@ async fn concurrent_audit_batches(store: Arc<dyn Store>) -> TestResult {
     let writers = (0..WRITERS).map(|writer| {
         let store = store.clone();
         tokio::spawn(async move {
+            let mut stream = AuditStream::new();
             for batch in 0..BATCHES {
                 let mut records: Vec<AuditRecord> = (0..RECORDS)
                     .map(|n| mcp_record(&format!("agent-{:02}", (n * (writer + 1) + batch) % 50), n))
                     .collect();
-                store.append_audit(&mut records).await?;
+                store.append_audit(&mut stream, &mut records).await?;
             }
             Ok::<_, StoreError>(())
         })
@@ -584,7 +578,7 @@ async fn audit_writer_drops_only_what_the_database_refuses(count: usize, bad: us
         "create function refuse_bad() returns trigger language plpgsql as $$ begin \
            if new.records like '%test://bad%' then raise exception 'refused' using errcode = '22023'; end if; \
            return new; end $$; \
-         create trigger refuse_bad before insert on audit_segment for each row execute function refuse_bad()",
+         create trigger refuse_bad before insert on audit_batch for each row execute function refuse_bad()",
     )
     .execute(&pool)
     .await?;
@@ -621,13 +615,7 @@ async fn audit_writer_drops_only_what_the_database_refuses(count: usize, bad: us
     targets.sort_unstable();
     let expected: Vec<compact_str::CompactString> = (0..count).filter(|&n| n != bad).map(target).collect();
     assert_eq!(targets, expected);
-    let head = store.audit_heads(None).await?.pop().ok_or("a chain")?;
-    assert_eq!(head.seq, i64::try_from(kept)?);
-    let mut verifier = ChainVerifier::new(head.clone());
-    for record in &store.audit_chain_page("one", 0, 1_000).await? {
-        verifier.check(record).map_err(|problem| format!("one: {problem}"))?;
-    }
-    assert_eq!(verifier.finish()?, kept);
+    assert_eq!(verify_chains(store.as_ref()).await?, [("one".to_owned(), i64::try_from(kept)?)]);
     Ok(())
 }
 
@@ -688,7 +676,7 @@ async fn legacy_audit_is_migrated(store: &dyn Store, view_count: i64) -> TestRes
     assert_eq!(listed[3].chain_seq, None);
     assert_eq!(verify_chains(store).await?, [("old".to_owned(), 3)]);
     let mut more: Vec<AuditRecord> = (4..6).map(|n| mcp_record("old", n)).collect();
-    store.append_audit(&mut more).await?;
+    store.append_audit(&mut AuditStream::new(), &mut more).await?;
     assert_eq!(verify_chains(store).await?, [("old".to_owned(), 5)]);
     assert_eq!(view_count, 4);
     Ok(())

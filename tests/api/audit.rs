@@ -13,6 +13,8 @@ both!(
     mcp_requests_are_audited,
     nul_in_what_a_client_sends_is_audited,
     the_chain_verifies_and_tampering_is_detected,
+    many_agents_in_one_batch_verify_one_by_one,
+    a_full_queue_refuses_requests_with_reject,
     export_and_retention,
     audit_pages
 );
@@ -115,31 +117,55 @@ async fn nul_in_what_a_client_sends_is_audited(backend: Backend) {
 }
 
 async fn the_chain_verifies_and_tampering_is_detected(backend: Backend) {
-    let app = spawn_app(backend).await;
+    // Five requests make a batch, and a batch of one agent is one row of the writer's stream.
+    let app = spawn_app_with(backend, |config| {
+        config.audit.batch_size = 5;
+        config.audit.flush_interval_ms = 3_600_000;
+    })
+    .await;
     let dir = TempDir::new();
     let key = agent_with_key(&app, "bot").await;
     app.put_text("bot", "test://a", "a").await;
     let mcp = Mcp::new(&app, "bot", &key);
-    for _ in 0..3 {
+    for _ in 0..10 {
         mcp.legacy("resources/list", json!({})).await;
     }
-    written(&app, "bot", "resources/list", 3).await;
+    written(&app, "bot", "resources/list", 10).await;
 
     let verify = || run_hivegate(dir.path(), app.db.url(), &["audit", "verify"]);
     let output = verify().await;
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    // agent.create, key.create, resource.put and three MCP requests.
-    assert!(stdout.contains("ok      bot: 6 records"), "{stdout}");
+    // agent.create, key.create, resource.put (the agent's own chain) and ten MCP requests (the stream's).
+    assert!(stdout.contains("ok      bot: 13 records"), "{stdout}");
 
-    // Deleting the newest record (with the segment that holds it) is caught by the chain's head.
-    app.db.execute("delete from audit_segment where agent_id = 'bot' and last_seq = 6").await;
+    // Deleting the newest records (the stream's newest row) is caught by the stream's head.
+    app.db.execute("delete from audit_batch where seq = 2").await;
     let output = verify().await;
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(!output.status.success(), "{stdout}");
-    assert!(stdout.contains("BROKEN  bot:") && stdout.contains("newer records were deleted"), "{stdout}");
+    assert!(stdout.contains("BROKEN  stream ") && stdout.contains("newer rows were deleted"), "{stdout}");
 
-    // An edited record (the resource.put, a segment of its own) breaks the chain where it is.
+    // A record deleted from the middle of a row leaves a gap in the agent's chain.
+    app.db
+        .execute(match backend {
+            Backend::Sqlite => "update audit_batch set records = json_remove(records, '$[2]') where seq = 1",
+            Backend::Postgres => {
+                "update audit_batch set records = (select json_agg(value)::text from \
+                 json_array_elements(records::json) with ordinality as stored (value, n) where n <> 3) where seq = 1"
+            }
+        })
+        .await;
+    let stdout = String::from_utf8_lossy(&verify().await.stdout).into_owned();
+    assert!(stdout.contains("BROKEN  bot:") && stdout.contains("position 4, expected 3"), "{stdout}");
+
+    // An edited record breaks its hash: in the stream's row, and in the agent's own chain (the resource.put).
+    app.db
+        .execute("update audit_batch set records = replace(records, '\"resources/list\"', '\"resources/lost\"')")
+        .await;
+    let stdout = String::from_utf8_lossy(&verify().await.stdout).into_owned();
+    assert!(stdout.contains("(position 1)") && stdout.contains("altered"), "{stdout}");
+    app.db.execute("delete from audit_batch").await;
     app.db
         .execute(
             "update audit_segment set records = replace(records, '\"test://a\"', '\"test://forged\"') \
@@ -153,6 +179,66 @@ async fn the_chain_verifies_and_tampering_is_detected(backend: Backend) {
     app.db.execute("delete from audit_segment where agent_id = 'bot' and first_seq = 2").await;
     let stdout = String::from_utf8_lossy(&verify().await.stdout).into_owned();
     assert!(stdout.contains("expected 2") && stdout.contains("missing"), "{stdout}");
+}
+
+/// Requests of many agents written in one batch: every agent's records verify, and one agent's on their own,
+/// without reading the others' (here made unreadable), while the others' damage shows in theirs.
+async fn many_agents_in_one_batch_verify_one_by_one(backend: Backend) {
+    const AGENTS: usize = 40;
+    let app = spawn_app_with(backend, |config| {
+        config.audit.batch_size = AGENTS * 2;
+        config.audit.flush_interval_ms = 3_600_000;
+    })
+    .await;
+    let dir = TempDir::new();
+    let mut clients = Vec::new();
+    for n in 0..AGENTS {
+        let agent = format!("agent-{n:02}");
+        let key = agent_with_key(&app, &agent).await;
+        clients.push((agent, key));
+    }
+    // "agent-00" and the agent whose records are damaged below are in different buckets.
+    let bucket = hivegate::domain::audit_stream::bucket_of;
+    let damaged = clients
+        .iter()
+        .map(|(agent, _)| agent.clone())
+        .find(|agent| bucket(agent) != bucket("agent-00"))
+        .expect("another bucket");
+    for round in 0..2 {
+        for (agent, key) in &clients {
+            Mcp::new(&app, agent, key).legacy("resources/list", json!({ "round": round })).await;
+        }
+    }
+    for (agent, _) in &clients {
+        written(&app, agent, "resources/list", 2).await;
+    }
+    let rows = app.db.count("select count(*) from audit_batch").await;
+    assert!(rows <= 64, "one batch is at most a row per bucket: {rows}");
+
+    let verify = |agent: Option<&str>| {
+        let mut args = vec!["audit", "verify"];
+        args.extend(agent.map(|agent| ["--agent", agent]).into_iter().flatten());
+        let (dir, url) = (dir.path().to_owned(), app.db.url().to_owned());
+        let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let output = run_hivegate(&dir, &url, &args).await;
+            (output.status.success(), String::from_utf8_lossy(&output.stdout).into_owned())
+        }
+    };
+    let (ok, stdout) = verify(None).await;
+    assert!(ok, "{stdout}");
+    assert_eq!(stdout.lines().filter(|line| line.ends_with(": 4 records")).count(), AGENTS, "{stdout}");
+
+    // Every row but agent-00's no longer holds readable records.
+    app.db.execute("update audit_batch set records = 'not json' where heads not like '%[\"agent-00\",%'").await;
+    let (ok, stdout) = verify(Some("agent-00")).await;
+    assert!(ok, "{stdout}");
+    assert!(stdout.contains("ok      agent-00: 4 records"), "{stdout}");
+    let (ok, _) = verify(Some(&damaged)).await;
+    assert!(!ok, "the damaged agent's records do not verify");
+    // One agent's listing reads its own bucket only.
+    assert_eq!(records(&app, "agent-00", "resources/list").await.len(), 2);
 }
 
 async fn export_and_retention(backend: Backend) {
@@ -179,8 +265,9 @@ async fn export_and_retention(backend: Backend) {
     let lines: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).expect("a JSON line")).collect();
     // agent.create, key.create and the four requests.
     assert_eq!(lines.len(), 6, "{text}");
+    // The four requests in the writer's stream, the admin changes in the agent's own chain.
     let seqs: Vec<i64> = lines.iter().filter_map(|record| record["chainSeq"].as_i64()).collect();
-    assert_eq!(seqs, [6, 5, 4, 3, 2, 1]);
+    assert_eq!(seqs, [4, 3, 2, 1, 2, 1]);
     let response = app
         .op(Method::GET, "/admin/v1/audit/export")
         .query(&[("agent", "bot"), ("method", "resources/list")])
@@ -212,6 +299,7 @@ async fn export_and_retention(backend: Backend) {
 
     // Records older than the retention are pruned from the start of the chain; the rest still verifies.
     app.db.execute(AGE_FIRST_THREE_BY_TWO_DAYS).await;
+    app.db.execute(AGE_FIRST_STREAM_ROW_BY_TWO_DAYS).await;
     eventually("the three old records to be pruned", || async { (exported("bot").await == 3).then_some(()) }).await;
     // The same prune kept the other agent's two-day-old record: its own 3 days win over the configured 1.
     assert_eq!(exported("kept").await, 1);
@@ -294,7 +382,55 @@ async fn audit_pages(backend: Backend) {
     expect_problem(response, StatusCode::BAD_REQUEST).await;
 }
 
-/// Makes the records at positions 1 to 3 of every chain two days older (each a segment of one record).
+/// With `audit.on_overload = "reject"`, a request that finds the audit queue full is refused with 503,
+/// `Retry-After` and -31503 instead of being served unaudited, and counted; once the writer catches up,
+/// requests are served again and every served request was audited.
+async fn a_full_queue_refuses_requests_with_reject(backend: Backend) {
+    let app = spawn_app_with(backend, |config| {
+        config.audit.queue_capacity = 1;
+        config.audit.batch_size = 1;
+        config.audit.on_overload = hivegate::config::OnOverload::Reject;
+    })
+    .await;
+    let key = agent_with_key(&app, "bot").await;
+    let mcp = Mcp::new(&app, "bot", &key);
+    // The writer's table goes away before its first write: it holds its batch and retries.
+    app.db.execute("alter table audit_batch rename to audit_away").await;
+    let metric = |name: &'static str| {
+        let app = &app;
+        async move {
+            let metrics = app.anon(Method::GET, "/metrics").send().await.unwrap().text().await.unwrap();
+            let line = metrics.lines().find(|line| line.starts_with(name)).map(str::to_owned);
+            line.and_then(|line| line.rsplit(' ').next()?.parse::<u64>().ok()).unwrap_or_default()
+        }
+    };
+    // The first record is taken by the writer, which keeps failing to write it.
+    assert_eq!(mcp.legacy("resources/list", json!({})).await.status, StatusCode::OK);
+    eventually("a failed batch", || async { (metric("hivegate_audit_batches_failed_total").await > 0).then_some(()) })
+        .await;
+    // The second fills the queue; the third finds it full.
+    assert_eq!(mcp.legacy("resources/list", json!({})).await.status, StatusCode::OK);
+    let refused = mcp.legacy("resources/list", json!({})).await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.headers["retry-after"], "1");
+    assert_eq!(refused.body["error"]["code"], -31503, "{:?}", refused.body);
+    assert_eq!(metric("hivegate_audit_requests_rejected_total").await, 1);
+    assert_eq!(metric("hivegate_audit_records_dropped_total").await, 0);
+
+    app.db.execute("alter table audit_away rename to audit_batch").await;
+    written(&app, "bot", "resources/list", 2).await;
+    assert_eq!(mcp.legacy("resources/list", json!({})).await.status, StatusCode::OK);
+    written(&app, "bot", "resources/list", 3).await;
+    assert_eq!(metric("hivegate_audit_records_dropped_total").await, 0);
+}
+
+/// Makes the first row of every writer stream (one record: the batch size is 1) two days older.
+const AGE_FIRST_STREAM_ROW_BY_TWO_DAYS: &str = "update audit_batch \
+     set records = replace(records, ',' || first_at || ',', ',' || (first_at - 172800000000) || ','), \
+     first_at = first_at - 172800000000, last_at = last_at - 172800000000 where seq = 1";
+
+/// Makes the records at positions 1 to 3 of every agent's own chain two days older (each a segment of one
+/// record).
 const AGE_FIRST_THREE_BY_TWO_DAYS: &str = "update audit_segment \
      set records = replace(records, ',' || first_at || ',', ',' || (first_at - 172800000000) || ','), \
      first_at = first_at - 172800000000, last_at = last_at - 172800000000 \

@@ -8,6 +8,96 @@
 /// The `impl Store` block; see the module documentation.
 macro_rules! impl_store_methods {
     ($store:ty, $db:ty, $backend:literal) => {
+        impl $store {
+            /// The newest records of one format matching `filter` after `after`, at most `limit`: agents'
+            /// segments, or (`is_stream`) the writer streams' rows.
+            ///
+            /// Rows are read newest first by their latest record, a few at a time, and their records that pass
+            /// the filters gathered, newest first (time desc, id desc), from the position the cursor carries: the
+            /// page is complete once it is full and the next row's latest record is older than the page's last.
+            /// One agent's listing reads its own segments, or its bucket's stream rows whose heads name it.
+            async fn list_audit_from(
+                &self,
+                is_stream: bool,
+                filter: &AuditFilter,
+                after: Option<&AuditPosition>,
+                limit: u32,
+            ) -> StoreResult<Vec<AuditRecord>> {
+                let limit = limit as usize;
+                let since = filter.since.map(Timestamp::as_micros);
+                let until = filter.until.map(Timestamp::as_micros);
+                // The newest time a record of this page may have; rows holding one end at most a span later,
+                // which bounds the scan of the listing index.
+                let newest = [until.map(|until| until.saturating_sub(1)), after.map(|after| after.occurred_at.as_micros())]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                let agent = filter.agent.as_ref().map(AgentId::as_str);
+                let wanted = |record: &AuditRecord| {
+                    let at = record.occurred_at.as_micros();
+                    agent.is_none_or(|agent| record.agent_id == agent)
+                        && since.is_none_or(|since| at >= since)
+                        && until.is_none_or(|until| at < until)
+                        && filter.method.as_deref().is_none_or(|method| {
+                            record.method.as_deref().unwrap_or(&record.action) == method
+                        })
+                        && after.is_none_or(|after| {
+                            (record.occurred_at, record.id.as_str()) < (after.occurred_at, after.id.as_str())
+                        })
+                };
+                let query = if is_stream {
+                    "select stream_id as owner, seq as position, last_at, heads as prefix, records from audit_batch \
+                     where ($1 is null or (bucket = $9 and heads like $10 escape '\\')) \
+                     and ($2 is null or last_at >= $2) \
+                     and ($3 is null or (first_at <= $3 and last_at <= $4)) \
+                     and ($5 is null or (last_at, stream_id, seq) < ($5, $6, $7)) \
+                     order by last_at desc, stream_id desc, seq desc limit $8"
+                } else {
+                    "select agent_id as owner, first_seq as position, last_at, prev_hash as prefix, records \
+                     from audit_segment \
+                     where ($1 is null or agent_id = $1) and ($9 is null or $10 is not null) \
+                     and ($2 is null or last_at >= $2) \
+                     and ($3 is null or (first_at <= $3 and last_at <= $4)) \
+                     and ($5 is null or (last_at, agent_id, first_seq) < ($5, $6, $7)) \
+                     order by last_at desc, agent_id desc, first_seq desc limit $8"
+                };
+                let span = if is_stream { ROW_SPAN } else { AUDIT_SEGMENT_SPAN };
+                let mut page: Vec<AuditRecord> = Vec::new();
+                let mut resume: Option<(i64, String, i64)> = None;
+                let mut fetch = 4_i64;
+                loop {
+                    let rows = sqlx::query_as::<$db, AuditListRow>(query)
+                        .bind(agent)
+                        .bind(since)
+                        .bind(newest)
+                        .bind(newest.map(|newest| newest.saturating_add(span)))
+                        .bind(resume.as_ref().map(|resume| resume.0))
+                        .bind(resume.as_ref().map(|resume| resume.1.as_str()))
+                        .bind(resume.as_ref().map(|resume| resume.2))
+                        .bind(fetch)
+                        .bind(agent.map(bucket_of))
+                        .bind(agent.map(heads_pattern))
+                        .fetch_all(self.reader())
+                        .await
+                        .map_err(Self::error)?;
+                    let more = rows.len() as i64 == fetch;
+                    for row in rows {
+                        if page.len() >= limit && page.last().is_some_and(|last| last.occurred_at.as_micros() > row.last_at) {
+                            return Ok(page);
+                        }
+                        resume = Some((row.last_at, row.owner.clone(), row.position));
+                        page.extend(row.into_records(is_stream)?.into_iter().filter(|record| wanted(record)));
+                        page.sort_unstable_by(|a, b| (b.occurred_at, &b.id).cmp(&(a.occurred_at, &a.id)));
+                        page.truncate(limit);
+                    }
+                    if !more {
+                        return Ok(page);
+                    }
+                    fetch = (fetch * 2).min(64);
+                }
+            }
+        }
+
         #[async_trait::async_trait]
         impl Store for $store {
             async fn migrate(&self) -> StoreResult<()> {
@@ -30,77 +120,153 @@ macro_rules! impl_store_methods {
                 after: Option<&AuditPosition>,
                 limit: u32,
             ) -> StoreResult<Vec<AuditRecord>> {
-                // Records live in segments (see the 0008 migration). Segments are read newest first by their
-                // latest record, a few at a time, and their records that pass the filters gathered, newest
-                // first (time desc, id desc), from the position the cursor carries: the page is complete once
-                // it is full and the next segment's latest record is older than the page's last.
-                let limit = limit as usize;
-                let since = filter.since.map(Timestamp::as_micros);
-                let until = filter.until.map(Timestamp::as_micros);
-                // The newest time a record of this page may have; segments holding one end at most a span
-                // later, which bounds the scan of the listing index.
-                let newest = [until.map(|until| until.saturating_sub(1)), after.map(|after| after.occurred_at.as_micros())]
-                    .into_iter()
-                    .flatten()
-                    .min();
-                let wanted = |record: &AuditRecord| {
-                    let at = record.occurred_at.as_micros();
-                    since.is_none_or(|since| at >= since)
-                        && until.is_none_or(|until| at < until)
-                        && filter.method.as_deref().is_none_or(|method| {
-                            record.method.as_deref().unwrap_or(&record.action) == method
-                        })
-                        && after.is_none_or(|after| {
-                            (record.occurred_at, record.id.as_str()) < (after.occurred_at, after.id.as_str())
-                        })
-                };
-                let mut page: Vec<AuditRecord> = Vec::new();
-                let mut resume: Option<(i64, String, i64)> = None;
-                let mut fetch = 4_i64;
-                loop {
-                    let segments = sqlx::query_as::<$db, AuditSegmentRow>(
-                        "select agent_id, first_seq, last_at, prev_hash, records from audit_segment \
-                         where ($1 is null or agent_id = $1) \
-                         and ($2 is null or last_at >= $2) \
-                         and ($3 is null or (first_at <= $3 and last_at <= $4)) \
-                         and ($5 is null or (last_at, agent_id, first_seq) < ($5, $6, $7)) \
-                         order by last_at desc, agent_id desc, first_seq desc limit $8",
-                    )
-                    .bind(filter.agent.as_ref().map(AgentId::as_str))
-                    .bind(since)
-                    .bind(newest)
-                    .bind(newest.map(|newest| newest.saturating_add(AUDIT_SEGMENT_SPAN)))
-                    .bind(resume.as_ref().map(|resume| resume.0))
-                    .bind(resume.as_ref().map(|resume| resume.1.as_str()))
-                    .bind(resume.as_ref().map(|resume| resume.2))
-                    .bind(fetch)
-                    .fetch_all(self.reader())
-                    .await
-                    .map_err(Self::error)?;
-                    let more = segments.len() as i64 == fetch;
-                    for segment in segments {
-                        if page.len() >= limit && page.last().is_some_and(|last| last.occurred_at.as_micros() > segment.last_at) {
-                            return Ok(page);
-                        }
-                        resume = Some((segment.last_at, segment.agent_id.clone(), segment.first_seq));
-                        page.extend(segment.into_records()?.into_iter().filter(|record| wanted(record)));
-                        page.sort_unstable_by(|a, b| (b.occurred_at, &b.id).cmp(&(a.occurred_at, &a.id)));
-                        page.truncate(limit);
-                    }
-                    if !more {
-                        return Ok(page);
-                    }
-                    fetch = (fetch * 2).min(64);
-                }
+                // Both formats hold records: agents' segments (admin changes, and MCP records from before the
+                // writer streams) and the streams' rows. Each gives its newest page; the page is the newest of
+                // both.
+                let mut page = self.list_audit_from(false, filter, after, limit).await?;
+                page.extend(self.list_audit_from(true, filter, after, limit).await?);
+                page.sort_unstable_by(|a, b| (b.occurred_at, &b.id).cmp(&(a.occurred_at, &a.id)));
+                page.truncate(limit as usize);
+                Ok(page)
             }
 
-            async fn append_audit(&self, records: &mut [AuditRecord]) -> StoreResult<()> {
+            async fn append_audit(&self, stream: &mut AuditStream, records: &mut [AuditRecord]) -> StoreResult<()> {
                 if records.is_empty() {
                     return Ok(());
                 }
+                // A batch holds thousands of records: hashing and encoding them is milliseconds of work.
+                let batch = $crate::store::off_the_workers(records.len(), || stream.chain(records));
                 let mut tx = self.begin_write().await?;
-                Self::append_audit_in(&mut tx, records).await?;
-                self.commit(tx, Vec::new()).await
+                let now = Timestamp::now().as_micros();
+                for chunk in batch.rows.chunks(AUDIT_SEGMENTS_PER_INSERT) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
+                        "insert into audit_batch (stream_id, seq, bucket, first_at, last_at, heads, prev_hash, hash, \
+                         records, created_at, updated_at) ",
+                    );
+                    insert.push_values(chunk, |mut row, stored| {
+                        row.push_bind(stream.id())
+                            .push_bind(stored.seq)
+                            .push_bind(stored.bucket)
+                            .push_bind(stored.first_at)
+                            .push_bind(stored.last_at)
+                            .push_bind(stored.heads.as_str())
+                            .push_bind(stored.prev_hash.as_str())
+                            .push_bind(stored.hash.as_str())
+                            .push_bind(stored.records.as_str())
+                            .push_bind(now)
+                            .push_bind(now);
+                    });
+                    // Only the one-row insert (a one-agent batch's) is kept prepared, so that other row counts
+                    // do not push the connection's prepared statements out.
+                    insert.build().persistent(chunk.len() == 1).execute(&mut *tx).await.map_err(Self::error)?;
+                }
+                // The stream's head: one row, updated once per batch.
+                sqlx::query::<$db>(
+                    "insert into audit_stream (stream_id, last_seq, last_hash, created_at, updated_at) \
+                     values ($1, $2, $3, $4, $4) on conflict (stream_id) do update \
+                     set last_seq = excluded.last_seq, last_hash = excluded.last_hash, updated_at = excluded.updated_at",
+                )
+                .bind(stream.id())
+                .bind(batch.last_seq)
+                .bind(batch.last_hash.as_str())
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(Self::error)?;
+                self.commit(tx, Vec::new()).await?;
+                stream.commit(batch);
+                Ok(())
+            }
+
+            async fn audit_streams(&self) -> StoreResult<Vec<StreamHead>> {
+                sqlx::query_as::<$db, (String, i64, String, i64, String)>(
+                    "select stream_id, last_seq, last_hash, pruned_seq, pruned_hash from audit_stream order by stream_id",
+                )
+                .fetch_all(self.reader())
+                .await
+                .map_err(Self::error)
+                .map(|rows| {
+                    rows.into_iter()
+                        .map(|(stream_id, seq, hash, pruned_seq, pruned_hash)| StreamHead {
+                            stream_id,
+                            seq,
+                            hash,
+                            pruned_seq,
+                            pruned_hash,
+                        })
+                        .collect()
+                })
+            }
+
+            async fn audit_stream_rows(
+                &self,
+                stream: &str,
+                after_seq: i64,
+                limit: u32,
+                agent: Option<&str>,
+                records: bool,
+            ) -> StoreResult<Vec<VerifiedRow>> {
+                // The records of other rows are not read (PostgreSQL does not even decompress them).
+                let rows = sqlx::query_as::<$db, AuditStreamRow>(
+                    "select stream_id, seq, last_at, prev_hash, hash, heads, \
+                     case when $4 and ($5 is null or (bucket = $6 and heads like $7 escape '\\')) \
+                     then records end as records \
+                     from audit_batch where stream_id = $1 and seq > $2 order by seq limit $3",
+                )
+                .bind(stream)
+                .bind(after_seq)
+                .bind(i64::from(limit))
+                .bind(records)
+                .bind(agent)
+                .bind(agent.map(bucket_of))
+                .bind(agent.map(heads_pattern))
+                .fetch_all(self.reader())
+                .await
+                .map_err(Self::error)?;
+                rows.into_iter().map(AuditStreamRow::into_verified).collect()
+            }
+
+            async fn prune_audit_stream(&self, stream: &str, through_seq: i64) -> StoreResult<u64> {
+                let mut tx = self.begin_write().await?;
+                let Some(hash) = sqlx::query_scalar::<$db, String>(
+                    "select hash from audit_batch where stream_id = $1 and seq = $2",
+                )
+                .bind(stream)
+                .bind(through_seq)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(Self::error)?
+                else {
+                    return Ok(0);
+                };
+                // The anchor first (which waits for the stream's writer to commit its batch), then the rows.
+                sqlx::query::<$db>(
+                    "update audit_stream set pruned_seq = $2, pruned_hash = $3, updated_at = $4 \
+                     where stream_id = $1 and pruned_seq < $2",
+                )
+                .bind(stream)
+                .bind(through_seq)
+                .bind(&hash)
+                .bind(Timestamp::now().as_micros())
+                .execute(&mut *tx)
+                .await
+                .map_err(Self::error)?;
+                let deleted = sqlx::query_scalar::<$db, String>(
+                    "delete from audit_batch where stream_id = $1 and seq <= $2 returning heads",
+                )
+                .bind(stream)
+                .bind(through_seq)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(Self::error)?;
+                self.commit(tx, Vec::new()).await?;
+                // Each head counts its agent's records in the row.
+                let mut records = 0;
+                for heads in deleted {
+                    let heads: Vec<RowHead> = serde_json::from_str(&heads).unwrap_or_default();
+                    records += heads.iter().map(|head| u64::try_from(head.3 - head.1).unwrap_or(0)).sum::<u64>();
+                }
+                Ok(records)
             }
 
             async fn audit_heads(&self, agent: Option<&str>) -> StoreResult<Vec<ChainHead>> {

@@ -9,6 +9,14 @@
 //! and retries with backoff, and new records wait in the queue. A record is dropped only when the queue is
 //! full, or when the database refuses a value in it (which no retry would change; the records around it
 //! are written); every drop is counted ([`AuditStats`]) and logged.
+//!
+//! The task writes to a stream of its own ([`crate::domain::audit_stream`]), opened when it starts: each
+//! agent's chain in it is kept in memory, so a batch is a few rows and one update of the stream's head,
+//! however many agents it spans. A write whose outcome is unknown (the database went away) is retried on
+//! a fresh stream, so that a batch that did commit is never chained twice onto the same heads.
+//!
+//! With `audit.on_overload = "reject"` a request takes a place in the queue before it is served
+//! ([`AuditWriter::reserve`]); when there is none it is refused (503) rather than served unaudited.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -17,9 +25,13 @@ use std::time::Duration;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use crate::config::AuditConfig;
+use crate::config::{AuditConfig, OnOverload};
+use crate::domain::audit_stream::AuditStream;
 use crate::domain::model::AuditRecord;
 use crate::store::Store;
+
+/// `hivegate audit verify`: every agent's records checked against their chains.
+pub mod verify;
 
 /// The longest wait between two attempts to write a batch while the database is unreachable.
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
@@ -38,6 +50,10 @@ pub struct AuditStats {
     /// Batches that failed to write: retried while the database was unavailable, split when it refused a
     /// value in them.
     pub failed_batches: AtomicU64,
+    /// Requests refused because the queue was full (`audit.on_overload = "reject"`).
+    pub rejected: AtomicU64,
+    /// Agents with a chain in the writer's current stream (heads held in memory).
+    pub stream_agents: AtomicU64,
 }
 
 impl AuditStats {
@@ -54,7 +70,16 @@ pub struct AuditWriter {
     sender: Option<mpsc::Sender<AuditRecord>>,
     bell: Arc<Doorbell>,
     stats: Arc<AuditStats>,
+    /// Whether requests reserve their record's place before they are served.
+    is_rejecting: bool,
 }
+
+/// A place in the queue, held while a request is served (`audit.on_overload = "reject"`).
+pub struct Reserved(mpsc::OwnedPermit<AuditRecord>);
+
+/// The queue is full: the request is refused rather than served unaudited.
+#[derive(Debug)]
+pub struct Overloaded;
 
 /// How requests wake the writer task: once a full batch waits in the queue, not for every record.
 struct Doorbell {
@@ -100,7 +125,7 @@ impl AuditWriter {
         let (done_tx, done_rx) = oneshot::channel();
         if !config.mcp_requests {
             let _ = done_tx.send(());
-            let writer = AuditWriter { sender: None, bell, stats };
+            let writer = AuditWriter { sender: None, bell, stats, is_rejecting: false };
             return (writer, AuditTask { stop: Some(stop_tx), done: Some(done_rx) });
         }
         let (sender, receiver) = mpsc::channel(queue_capacity);
@@ -110,12 +135,16 @@ impl AuditWriter {
             bell: bell.clone(),
             batch_size,
             interval: Duration::from_millis(config.flush_interval_ms.max(1)),
+            stream: AuditStream::new(),
         };
         tokio::spawn(async move {
+            let mut batcher = batcher;
             batcher.run(receiver, stop_rx).await;
             let _ = done_tx.send(());
         });
-        (AuditWriter { sender: Some(sender), bell, stats }, AuditTask { stop: Some(stop_tx), done: Some(done_rx) })
+        let is_rejecting = config.on_overload == OnOverload::Reject;
+        let writer = AuditWriter { sender: Some(sender), bell, stats, is_rejecting };
+        (writer, AuditTask { stop: Some(stop_tx), done: Some(done_rx) })
     }
 
     /// Queues a record; never waits. A full queue drops the record (counted and logged).
@@ -136,6 +165,30 @@ impl AuditWriter {
                 self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// With `audit.on_overload = "reject"`, a place in the queue for the record of a request about to be
+    /// served, or [`Overloaded`] when the queue is full (counted); `None` otherwise (nothing to hold).
+    pub fn reserve(&self) -> Result<Option<Reserved>, Overloaded> {
+        let Some(sender) = self.sender.as_ref().filter(|_| self.is_rejecting) else { return Ok(None) };
+        match sender.clone().try_reserve_owned() {
+            Ok(permit) => Ok(Some(Reserved(permit))),
+            Err(_) => {
+                let rejected = self.stats.rejected.fetch_add(1, Ordering::Relaxed) + 1;
+                if rejected.is_power_of_two() {
+                    tracing::error!(rejected, "audit queue full: requests refused (audit.on_overload = \"reject\")");
+                }
+                Err(Overloaded)
+            }
+        }
+    }
+
+    /// Queues a record in the place `reserved` holds; without one, as [`Self::record`] does.
+    pub fn record_reserved(&self, reserved: Option<Reserved>, record: AuditRecord) {
+        let Some(Reserved(permit)) = reserved else { return self.record(record) };
+        let sender = permit.send(record);
+        self.stats.queued.fetch_add(1, Ordering::Relaxed);
+        self.bell.ring_if_full(sender.max_capacity() - sender.capacity());
     }
 
     pub fn stats(&self) -> &Arc<AuditStats> {
@@ -163,10 +216,12 @@ struct Batcher {
     bell: Arc<Doorbell>,
     batch_size: usize,
     interval: Duration,
+    /// The stream the records are chained in; a fresh one after a write of unknown outcome.
+    stream: AuditStream,
 }
 
 impl Batcher {
-    async fn run(&self, mut receiver: mpsc::Receiver<AuditRecord>, mut stop: oneshot::Receiver<()>) {
+    async fn run(&mut self, mut receiver: mpsc::Receiver<AuditRecord>, mut stop: oneshot::Receiver<()>) {
         let mut batch = Vec::with_capacity(self.batch_size);
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -203,7 +258,7 @@ impl Batcher {
     /// Takes everything waiting in the queue, writing full batches, and with `everything` the rest too; false
     /// when every sender is gone.
     async fn drain(
-        &self,
+        &mut self,
         receiver: &mut mpsc::Receiver<AuditRecord>,
         batch: &mut Vec<AuditRecord>,
         everything: bool,
@@ -235,7 +290,7 @@ impl Batcher {
     /// A batch the database refuses for a value in it (a data exception, which no retry can fix) is split
     /// in halves, each written on its own, down to the records it refuses: those alone are dropped, counted
     /// and logged, so that one bad record cannot hold up every record after it.
-    async fn write(&self, batch: &mut Vec<AuditRecord>) {
+    async fn write(&mut self, batch: &mut Vec<AuditRecord>) {
         if self.write_whole(batch).await {
             // Thousands of records, a dozen allocations each, are freed.
             crate::store::off_the_workers(batch.len(), || batch.clear());
@@ -263,12 +318,13 @@ impl Batcher {
 
     /// Writes `records` in one transaction, retrying with backoff while the database is unavailable;
     /// false when the database refuses a value in them.
-    async fn write_whole(&self, records: &mut [AuditRecord]) -> bool {
+    async fn write_whole(&mut self, records: &mut [AuditRecord]) -> bool {
         let mut backoff = Duration::from_millis(100);
         loop {
-            match self.store.append_audit(records).await {
+            match self.store.append_audit(&mut self.stream, records).await {
                 Ok(()) => {
                     self.stats.written.fetch_add(records.len() as u64, Ordering::Relaxed);
+                    self.stats.stream_agents.store(self.stream.agents() as u64, Ordering::Relaxed);
                     return true;
                 }
                 Err(error) => {
@@ -277,6 +333,9 @@ impl Batcher {
                         tracing::warn!(%error, records = records.len(), "audit records refused by the database");
                         return false;
                     }
+                    // The batch may have committed before the connection failed: the retry goes to a new
+                    // stream, where it cannot collide with (or fork) what was stored.
+                    self.stream = AuditStream::new();
                     tracing::warn!(%error, records = records.len(), retry_in_ms = backoff.as_millis() as u64, "could not write audit records");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_RETRY_BACKOFF);
@@ -350,7 +409,7 @@ mod tests {
         let url = file.url();
         let mut admin = sqlx::SqliteConnection::connect(&url).await.expect("connection");
         // The table goes away: every batch fails until it is back.
-        sqlx::query("alter table audit_segment rename to audit_away").execute(&mut admin).await.expect("rename");
+        sqlx::query("alter table audit_batch rename to audit_away").execute(&mut admin).await.expect("rename");
 
         let config = AuditConfig { batch_size: 2, flush_interval_ms: 20, ..AuditConfig::default() };
         let (writer, task) = AuditWriter::start(store.clone(), &config);
@@ -362,7 +421,7 @@ mod tests {
         assert_eq!(stats.written.load(Ordering::Relaxed), 0);
         assert_eq!(stats.backlog(), 3);
 
-        sqlx::query("alter table audit_away rename to audit_segment").execute(&mut admin).await.expect("rename back");
+        sqlx::query("alter table audit_away rename to audit_batch").execute(&mut admin).await.expect("rename back");
         until("every record written", || stats.written.load(Ordering::Relaxed) == 3).await;
         assert_eq!(stats.dropped.load(Ordering::Relaxed), 0);
         let stored = store.list_audit(&AuditFilter::default(), None, 10).await.expect("list");

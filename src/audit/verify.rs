@@ -1,0 +1,83 @@
+//! `hivegate audit verify`: every agent's records checked against the chains that hold them.
+//!
+//! An agent's records live in its own chain (admin changes, and MCP records from before the writer
+//! streams, [`crate::domain::audit`]) and in a chain per writer stream ([`crate::domain::audit_stream`]).
+//! With one agent, only its own records are read: its chain, and in each stream the heads of every row
+//! (which the stream's chain covers) and the records of the rows whose heads name it.
+
+use std::collections::BTreeMap;
+
+use crate::domain::audit::ChainVerifier;
+use crate::domain::audit_stream::{StreamError, StreamVerifier};
+use crate::store::{Store, StoreResult};
+
+/// Records (or stream rows) read per query.
+const PAGE: u32 = 1000;
+
+/// What verification found.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Each agent's number of records checked, or the first problem found in its chains.
+    pub agents: BTreeMap<String, Result<u64, String>>,
+    /// Streams whose own chain of rows is broken (their agents' records after the break are unchecked).
+    pub streams: Vec<(String, StreamError)>,
+}
+
+impl Report {
+    /// Broken chains: agents' and streams'.
+    pub fn broken(&self) -> usize {
+        self.streams.len() + self.agents.values().filter(|outcome| outcome.is_err()).count()
+    }
+}
+
+/// Checks every agent's records, or `agent`'s.
+pub async fn verify(store: &dyn Store, agent: Option<&str>) -> StoreResult<Report> {
+    let mut report = Report::default();
+    for head in store.audit_heads(agent).await? {
+        let agent_id = head.agent_id.clone();
+        let mut verifier = ChainVerifier::new(head.clone());
+        let mut after = head.pruned_seq;
+        let outcome = loop {
+            let page = store.audit_chain_page(&agent_id, after, PAGE).await?;
+            if let Some(problem) = page.iter().find_map(|record| verifier.check(record).err()) {
+                break Err(problem.to_string());
+            }
+            match page.last() {
+                Some(last) if page.len() == PAGE as usize => after = last.chain_seq.unwrap_or(after),
+                _ => break verifier.finish().map_err(|problem| problem.to_string()),
+            }
+        };
+        report.agents.insert(agent_id, outcome);
+    }
+    for head in store.audit_streams().await? {
+        let stream_id = head.stream_id.clone();
+        let mut verifier = StreamVerifier::new(head.clone(), agent);
+        let mut after = head.pruned_seq;
+        let outcome = loop {
+            let rows = store.audit_stream_rows(&stream_id, after, PAGE, agent, true).await?;
+            if let Some(problem) = rows.iter().find_map(|row| verifier.check(row).err()) {
+                break Err(problem);
+            }
+            match rows.last() {
+                Some(last) if rows.len() == PAGE as usize => after = last.seq,
+                _ => break verifier.finish(),
+            }
+        };
+        match outcome {
+            Ok(counts) => {
+                for (agent_id, records) in counts {
+                    if let Ok(total) = report.agents.entry(agent_id).or_insert(Ok(0)) {
+                        *total += records;
+                    }
+                }
+            }
+            Err(problem) => match problem.agent() {
+                Some(agent_id) => {
+                    report.agents.insert(agent_id.to_owned(), Err(format!("{problem} (stream {stream_id})")));
+                }
+                None => report.streams.push((stream_id, problem)),
+            },
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,426 @@
+//! MCP request records in writer streams: one write per batch, however many agents it spans.
+//!
+//! Each replica's audit writer opens a *stream* when it starts (a fresh UUID v7). Within it every agent's
+//! records form a hash chain of their own ([`crate::domain::audit`]'s hash, positions from 1, the first
+//! record linked to the stream's id), whose heads the writer keeps in memory: appending reads and updates
+//! no per-agent row. A batch is stored as a few rows, one per bucket of agents ([`bucket_of`]) and at most
+//! [`ROW_RECORDS`] records and [`ROW_SPAN`] of time each. A row carries, beside its records, its *heads*:
+//! for each agent in it, the position and hash before its first record there and of its last. The rows of
+//! a stream form a hash chain over their heads, whose newest position and hash (the stream's head) is one
+//! row updated once per batch.
+//!
+//! So one agent's records are checked without anybody else's: the stream's chain is recomputed from the
+//! rows' heads alone, and the agent's records only in the rows whose heads name it, against those heads.
+//! Editing a record breaks its agent's chain or the head its row commits to; deleting one leaves a gap;
+//! deleting the newest rows is caught by the stream's head. Retention deletes a stream's oldest rows and
+//! keeps the position and hash of the last one deleted, from which verification starts.
+
+use std::collections::HashMap;
+
+use sha2::{Digest, Sha256};
+
+use super::audit::append_stored_record;
+use super::model::{AuditRecord, AuditText};
+
+/// Agents' records of a batch are stored in this many buckets at most (by a hash of the agent id): a
+/// batch is at most this many rows (more only when a bucket holds over [`ROW_RECORDS`] records), and one
+/// agent's listing reads only its bucket's rows.
+pub const BUCKETS: u32 = 64;
+
+/// The most records one row holds: a listing decodes a row whole.
+pub const ROW_RECORDS: usize = 1_000;
+
+/// The longest stretch of occurrence time (µs) one row spans: the listing looks this far past the newest
+/// time a page can show for rows holding records at or before it.
+pub const ROW_SPAN: i64 = 60_000_000;
+
+/// The bucket of `agent`'s records: the first four bytes of its SHA-256, modulo [`BUCKETS`]. Stored
+/// rows depend on it: it never changes.
+pub fn bucket_of(agent: &str) -> i32 {
+    let digest = Sha256::digest(agent.as_bytes());
+    let first = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+    (first % BUCKETS) as i32
+}
+
+/// The `like` pattern that finds `agent` in a row's heads (`\` escapes; agent ids hold no `%`).
+pub fn heads_pattern(agent: &str) -> String {
+    format!("%[\"{}\",%", agent.replace('\\', "\\\\").replace('_', "\\_").replace('%', "\\%"))
+}
+
+/// Where an agent's chain in a stream stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Head {
+    seq: i64,
+    hash: String,
+}
+
+/// One agent's part of a row: the position and hash before its first record there, and of its last.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RowHead(pub String, pub i64, pub String, pub i64, pub String);
+
+impl RowHead {
+    pub fn agent(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The hash of a stream's row at `seq` after the row whose hash is `prev`: `hex(SHA-256(prev "\n" seq "\n"
+/// heads))`.
+pub fn row_hash(prev: &str, seq: i64, heads: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(prev.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(itoa::Buffer::new().format(seq).as_bytes());
+    hasher.update(b"\n");
+    hasher.update(heads.as_bytes());
+    crate::domain::hex(hasher.finalize())
+}
+
+/// A row as it is inserted (and as verification reads it, `records` decoded).
+#[derive(Debug, Clone)]
+pub struct StreamRow {
+    pub seq: i64,
+    pub bucket: i32,
+    pub first_at: i64,
+    pub last_at: i64,
+    /// JSON array of [`RowHead`]s, by agent.
+    pub heads: String,
+    pub prev_hash: String,
+    pub hash: String,
+    /// JSON array of the stored records (as in [`append_stored_record`]).
+    pub records: String,
+}
+
+/// A batch chained onto a stream, not yet stored: its rows and where the stream stands after it.
+#[derive(Debug)]
+pub struct ChainedBatch {
+    pub rows: Vec<StreamRow>,
+    heads: Vec<(AuditText, Head)>,
+    pub last_seq: i64,
+    pub last_hash: String,
+}
+
+/// One writer's stream: its id, the position and hash of its newest row, and every agent's chain head.
+#[derive(Debug)]
+pub struct AuditStream {
+    id: String,
+    seq: i64,
+    hash: String,
+    /// A head per agent written to in this stream (an agent id, two numbers and a hash each).
+    heads: HashMap<AuditText, Head, foldhash::fast::RandomState>,
+}
+
+impl Default for AuditStream {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AuditStream {
+    /// A new stream with a fresh id.
+    pub fn new() -> Self {
+        Self { id: uuid::Uuid::now_v7().to_string(), seq: 0, hash: String::new(), heads: HashMap::default() }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Agents with a chain in this stream.
+    pub fn agents(&self) -> usize {
+        self.heads.len()
+    }
+
+    /// Chains `records` on: sorts them by bucket and agent (each agent's keep their order), sets each one's
+    /// position, and encodes the rows. The stream itself moves on only by [`Self::commit`], once stored.
+    pub fn chain(&self, records: &mut [AuditRecord]) -> ChainedBatch {
+        let mut keyed: Vec<(i32, usize)> = Vec::with_capacity(records.len());
+        {
+            let mut buckets: HashMap<&str, i32, foldhash::fast::RandomState> = HashMap::default();
+            for (index, record) in records.iter().enumerate() {
+                let bucket = *buckets.entry(record.agent_id.as_str()).or_insert_with(|| bucket_of(&record.agent_id));
+                keyed.push((bucket, index));
+            }
+        }
+        // Stable: each agent's records keep their order, which is their order in its chain.
+        keyed.sort_by(|a, b| (a.0, &records[a.1].agent_id).cmp(&(b.0, &records[b.1].agent_id)));
+        let order: Vec<usize> = keyed.iter().map(|(_, index)| *index).collect();
+        apply_order(records, order);
+        let buckets: Vec<i32> = keyed.into_iter().map(|(bucket, _)| bucket).collect();
+
+        let mut batch =
+            ChainedBatch { rows: Vec::new(), heads: Vec::new(), last_seq: self.seq, last_hash: self.hash.clone() };
+        let mut moved: HashMap<AuditText, usize, foldhash::fast::RandomState> = HashMap::default();
+        let mut start = 0;
+        while start < records.len() {
+            let end = row_end(records, &buckets, start);
+            let mut out = Vec::with_capacity((end - start) * 448 + 2);
+            out.push(b'[');
+            let mut heads: Vec<RowHead> = Vec::new();
+            let (mut first_at, mut last_at) = (i64::MAX, i64::MIN);
+            for record in &mut records[start..end] {
+                let at = record.occurred_at.as_micros();
+                (first_at, last_at) = (first_at.min(at), last_at.max(at));
+                let head = match moved.get(&record.agent_id) {
+                    Some(&index) => batch.heads[index].1.clone(),
+                    None => self
+                        .heads
+                        .get(&record.agent_id)
+                        .cloned()
+                        .unwrap_or_else(|| Head { seq: 0, hash: self.id.clone() }),
+                };
+                if heads.last().is_none_or(|last| last.0 != record.agent_id.as_str()) {
+                    heads.push(RowHead(record.agent_id.to_string(), head.seq, head.hash.clone(), 0, String::new()));
+                }
+                if out.len() > 1 {
+                    out.push(b',');
+                }
+                let seq = head.seq + 1;
+                record.chain_seq = Some(seq);
+                record.prev_hash = Some(head.hash.as_str().into());
+                let hash = append_stored_record(&mut out, &head.hash, record, seq);
+                record.hash = Some(hash.as_str().into());
+                if let Some(last) = heads.last_mut() {
+                    (last.3, last.4) = (seq, hash.clone());
+                }
+                let next = Head { seq, hash };
+                match moved.get(&record.agent_id) {
+                    Some(&index) => batch.heads[index].1 = next,
+                    None => {
+                        moved.insert(record.agent_id.clone(), batch.heads.len());
+                        batch.heads.push((record.agent_id.clone(), next));
+                    }
+                }
+            }
+            out.push(b']');
+            // Every piece written is valid UTF-8 (strings copied or escaped whole, ASCII punctuation).
+            let records_text = String::from_utf8(out).unwrap_or_default();
+            // Serialising strings and numbers cannot fail.
+            let heads = serde_json::to_string(&heads).unwrap_or_default();
+            let seq = batch.last_seq + 1;
+            let hash = row_hash(&batch.last_hash, seq, &heads);
+            batch.rows.push(StreamRow {
+                seq,
+                bucket: buckets[start],
+                first_at,
+                last_at,
+                heads,
+                prev_hash: std::mem::replace(&mut batch.last_hash, hash.clone()),
+                hash,
+                records: records_text,
+            });
+            batch.last_seq = seq;
+            start = end;
+        }
+        batch
+    }
+
+    /// The batch was stored: the stream moves on to where it ends.
+    pub fn commit(&mut self, batch: ChainedBatch) {
+        self.seq = batch.last_seq;
+        self.hash = batch.last_hash;
+        for (agent, head) in batch.heads {
+            self.heads.insert(agent, head);
+        }
+    }
+}
+
+/// Puts `records` into `order` (a permutation of their indices), in place.
+fn apply_order(records: &mut [AuditRecord], order: Vec<usize>) {
+    let mut taken: Vec<Option<AuditRecord>> = records.iter_mut().map(|record| Some(std::mem::take(record))).collect();
+    for (slot, index) in records.iter_mut().zip(order) {
+        if let Some(record) = taken[index].take() {
+            *slot = record;
+        }
+    }
+}
+
+/// Where the row starting at `start` ends: at the next bucket, after [`ROW_RECORDS`] records, or before a
+/// record that would take its span of time over [`ROW_SPAN`].
+fn row_end(records: &[AuditRecord], buckets: &[i32], start: usize) -> usize {
+    let first = records[start].occurred_at.as_micros();
+    let (mut low, mut high) = (first, first);
+    let mut end = start + 1;
+    while end < records.len() && buckets[end] == buckets[start] && end - start < ROW_RECORDS {
+        let at = records[end].occurred_at.as_micros();
+        if at.max(high).saturating_sub(at.min(low)) > ROW_SPAN {
+            break;
+        }
+        (low, high) = (low.min(at), high.max(at));
+        end += 1;
+    }
+    end
+}
+
+/// Where a stored stream stands: its newest row and the newest row retention deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamHead {
+    pub stream_id: String,
+    pub seq: i64,
+    pub hash: String,
+    pub pruned_seq: i64,
+    pub pruned_hash: String,
+}
+
+/// A stored row as verification reads it: its records only when asked for.
+#[derive(Debug, Clone)]
+pub struct VerifiedRow {
+    pub seq: i64,
+    /// The latest `occurred_at` among its records (for retention).
+    pub last_at: i64,
+    pub prev_hash: String,
+    pub hash: String,
+    pub heads: String,
+    pub records: Option<Vec<AuditRecord>>,
+}
+
+/// Why a stream, or an agent's chain in it, does not verify; the first problem found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    #[error("row {found} follows row {expected_before}: a row is missing")]
+    RowGap { expected_before: i64, found: i64 },
+    #[error("row {seq} does not link to the row before it")]
+    RowUnlinked { seq: i64 },
+    #[error("row {seq} does not match its hash: its heads were altered")]
+    RowAltered { seq: i64 },
+    #[error("row {seq}'s heads do not parse")]
+    RowMalformed { seq: i64 },
+    #[error("the stream ends at row {found}, but its head says {expected}: newer rows were deleted")]
+    Truncated { expected: i64, found: i64 },
+    #[error("agent {agent}, row {seq}: {problem}")]
+    Agent { agent: String, seq: i64, problem: String },
+}
+
+impl StreamError {
+    /// The agent whose chain is broken, when the stream's own chain is intact.
+    pub fn agent(&self) -> Option<&str> {
+        match self {
+            StreamError::Agent { agent, .. } => Some(agent),
+            _ => None,
+        }
+    }
+}
+
+/// Checks a stream's rows, fed in order: the chain of rows, and the records of the rows that carry them
+/// (every agent's, or one agent's) against the heads the rows commit to.
+#[derive(Debug)]
+pub struct StreamVerifier {
+    head: StreamHead,
+    seq: i64,
+    hash: String,
+    /// Only this agent's records are checked (the rows of others carry none).
+    agent: Option<String>,
+    /// Each checked agent's chain: position and hash of its newest record, and the records checked.
+    chains: HashMap<String, (i64, String, u64)>,
+}
+
+impl StreamVerifier {
+    pub fn new(head: StreamHead, agent: Option<&str>) -> Self {
+        let (seq, hash) = (head.pruned_seq, head.pruned_hash.clone());
+        Self { head, seq, hash, agent: agent.map(str::to_owned), chains: HashMap::new() }
+    }
+
+    /// Checks the next row.
+    pub fn check(&mut self, row: &VerifiedRow) -> Result<(), StreamError> {
+        if row.seq != self.seq + 1 {
+            return Err(StreamError::RowGap { expected_before: self.seq + 1, found: row.seq });
+        }
+        if row.prev_hash != self.hash {
+            return Err(StreamError::RowUnlinked { seq: row.seq });
+        }
+        if row_hash(&row.prev_hash, row.seq, &row.heads) != row.hash {
+            return Err(StreamError::RowAltered { seq: row.seq });
+        }
+        (self.seq, self.hash) = (row.seq, row.hash.clone());
+        let Some(records) = &row.records else { return Ok(()) };
+        let heads: Vec<RowHead> =
+            serde_json::from_str(&row.heads).map_err(|_| StreamError::RowMalformed { seq: row.seq })?;
+        let problem =
+            |agent: &str, problem: String| StreamError::Agent { agent: agent.to_owned(), seq: row.seq, problem };
+        let only = self.agent.clone();
+        let wanted = |agent: &str| only.as_deref().is_none_or(|wanted| wanted == agent);
+        // Each head named by the row continues its agent's chain (or starts it: at the stream's id, or
+        // anywhere once older rows were pruned).
+        let mut open: HashMap<&str, (i64, String)> = HashMap::new();
+        for head in heads.iter().filter(|head| wanted(head.agent())) {
+            let RowHead(agent, before_seq, before_hash, _, _) = head;
+            match self.chains.get(agent) {
+                Some((seq, hash, _)) if (seq, hash) != (before_seq, before_hash) => {
+                    return Err(problem(
+                        agent,
+                        format!(
+                            "its records start after position {before_seq}, but its chain is at {seq}: records are missing"
+                        ),
+                    ));
+                }
+                None if self.head.pruned_seq == 0 && (*before_seq != 0 || *before_hash != self.head.stream_id) => {
+                    return Err(problem(agent, "its first records do not start the stream's chain".to_owned()));
+                }
+                _ => {}
+            }
+            open.insert(agent, (*before_seq, before_hash.clone()));
+        }
+        for record in records.iter().filter(|record| wanted(&record.agent_id)) {
+            let Some((seq, hash)) = open.get_mut(record.agent_id.as_str()) else {
+                return Err(problem(&record.agent_id, format!("record {} is not in its row's heads", record.id)));
+            };
+            let at = record.chain_seq.unwrap_or_default();
+            if at != *seq + 1 {
+                return Err(problem(
+                    &record.agent_id,
+                    format!(
+                        "record {} is at position {at}, expected {}: a record is missing or was moved",
+                        record.id,
+                        *seq + 1
+                    ),
+                ));
+            }
+            let expected = crate::domain::audit::chain_hash(hash, record, at);
+            if record.hash.as_deref() != Some(expected.as_str()) {
+                return Err(problem(
+                    &record.agent_id,
+                    format!("record {} (position {at}) does not match its hash: it was altered", record.id),
+                ));
+            }
+            (*seq, *hash) = (at, expected);
+        }
+        let counts = records.iter().filter(|record| wanted(&record.agent_id)).fold(
+            HashMap::<&str, u64>::new(),
+            |mut counts, record| {
+                *counts.entry(record.agent_id.as_str()).or_default() += 1;
+                counts
+            },
+        );
+        for head in heads.iter().filter(|head| wanted(head.agent())) {
+            let reached = open.get(head.agent()).cloned().unwrap_or_default();
+            if (reached.0, reached.1.as_str()) != (head.3, head.4.as_str()) {
+                return Err(problem(
+                    head.agent(),
+                    format!(
+                        "its records end at position {}, but the row's heads say {}: records were deleted",
+                        reached.0, head.3
+                    ),
+                ));
+            }
+            let checked = counts.get(head.agent()).copied().unwrap_or_default();
+            let chain = self.chains.entry(head.0.clone()).or_insert((0, String::new(), 0));
+            (chain.0, chain.1, chain.2) = (head.3, head.4.clone(), chain.2 + checked);
+        }
+        Ok(())
+    }
+
+    /// After the last row: the stream must end where its head says. Returns each checked agent's number
+    /// of records.
+    pub fn finish(self) -> Result<Vec<(String, u64)>, StreamError> {
+        if self.seq != self.head.seq || self.hash != self.head.hash {
+            return Err(StreamError::Truncated { expected: self.head.seq, found: self.seq });
+        }
+        let mut counts: Vec<(String, u64)> = self.chains.into_iter().map(|(agent, (_, _, n))| (agent, n)).collect();
+        counts.sort();
+        Ok(counts)
+    }
+}
+
+#[cfg(test)]
+#[path = "audit_stream_tests.rs"]
+mod tests;

@@ -1,0 +1,180 @@
+use super::*;
+use crate::domain::time::Timestamp;
+
+fn record(agent: &str, n: usize) -> AuditRecord {
+    AuditRecord {
+        id: format!("{agent}-{n}").into(),
+        agent_id: agent.into(),
+        occurred_at: Timestamp::from_micros(1_700_000_000_000_000 + n as i64),
+        kind: "mcp".into(),
+        actor: "key:k".into(),
+        action: "resources/read".into(),
+        target: format!("test://{n}").into(),
+        method: Some("resources/read".into()),
+        outcome: Some("ok".into()),
+        ..AuditRecord::default()
+    }
+}
+
+/// `batches` batches of `per_batch` records each, spread over `agents` agents, written to one stream;
+/// returns the stream's head and its rows with their records as stored.
+fn written(agents: usize, batches: usize, per_batch: usize) -> (StreamHead, Vec<VerifiedRow>) {
+    let mut stream = AuditStream::new();
+    let mut rows = Vec::new();
+    let mut n = 0;
+    for _ in 0..batches {
+        let mut records: Vec<AuditRecord> = (0..per_batch)
+            .map(|_| {
+                n += 1;
+                record(&format!("agent-{}", n % agents), n)
+            })
+            .collect();
+        let batch = stream.chain(&mut records);
+        let mut rest = &records[..];
+        for row in &batch.rows {
+            let count = serde_json::from_str::<Vec<serde_json::Value>>(&row.records).expect("records").len();
+            let (mine, others) = rest.split_at(count);
+            rest = others;
+            rows.push(VerifiedRow {
+                seq: row.seq,
+                last_at: row.last_at,
+                prev_hash: row.prev_hash.clone(),
+                hash: row.hash.clone(),
+                heads: row.heads.clone(),
+                records: Some(mine.to_vec()),
+            });
+        }
+        stream.commit(batch);
+    }
+    let head = StreamHead {
+        stream_id: stream.id().to_owned(),
+        seq: stream.seq,
+        hash: stream.hash.clone(),
+        pruned_seq: 0,
+        pruned_hash: String::new(),
+    };
+    (head, rows)
+}
+
+fn verify(head: &StreamHead, rows: &[VerifiedRow], agent: Option<&str>) -> Result<Vec<(String, u64)>, StreamError> {
+    let mut verifier = StreamVerifier::new(head.clone(), agent);
+    for row in rows {
+        verifier.check(row)?;
+    }
+    verifier.finish()
+}
+
+/// Only `agent`'s rows keep their records, as the per-agent verification reads them.
+fn only(rows: &[VerifiedRow], agent: &str) -> Vec<VerifiedRow> {
+    rows.iter()
+        .cloned()
+        .map(|mut row| {
+            if !row.heads.contains(&format!("[\"{agent}\",")) {
+                row.records = None;
+            }
+            row
+        })
+        .collect()
+}
+
+#[test]
+fn a_batch_of_many_agents_is_a_row_per_bucket_and_verifies() {
+    let (head, rows) = written(500, 3, 2_000);
+    // 500 agents fill every bucket; no bucket holds over 1,000 records of a batch.
+    assert_eq!(rows.len(), 3 * BUCKETS as usize);
+    let counts = verify(&head, &rows, None).expect("intact");
+    assert_eq!(counts.len(), 500);
+    assert!(counts.iter().all(|(_, n)| *n == 12), "{counts:?}");
+}
+
+#[test]
+fn one_agent_verifies_without_the_records_of_others() {
+    let (head, rows) = written(100, 4, 300);
+    let mine = only(&rows, "agent-7");
+    assert!(mine.iter().filter(|row| row.records.is_some()).count() <= 4);
+    assert_eq!(verify(&head, &mine, Some("agent-7")), Ok(vec![("agent-7".to_owned(), 12)]));
+}
+
+#[test]
+fn a_large_batch_of_one_agent_is_cut_into_rows() {
+    let (head, rows) = written(1, 1, 2_500);
+    assert_eq!(rows.len(), 3);
+    assert_eq!(verify(&head, &rows, None), Ok(vec![("agent-0".to_owned(), 2_500)]));
+}
+
+#[test]
+fn tampering_is_detected() {
+    let (head, rows) = written(10, 3, 50);
+    let agent = "agent-3";
+    let find = |rows: &[VerifiedRow]| {
+        rows.iter().position(|row| row.records.as_ref().is_some_and(|r| r.iter().any(|r| r.agent_id == agent)))
+    };
+    // An edited record.
+    let mut edited = rows.clone();
+    let at = find(&edited).expect("a row of the agent");
+    if let Some(record) = edited[at].records.as_mut().and_then(|r| r.iter_mut().find(|r| r.agent_id == agent)) {
+        record.target = "test://forged".into();
+    }
+    for agent in [None, Some(agent)] {
+        let error = verify(&head, &edited, agent).expect_err("edited");
+        assert!(error.to_string().contains("altered"), "{error}");
+    }
+    // A record deleted from the middle of a row.
+    let mut deleted = rows.clone();
+    if let Some(records) = deleted[at].records.as_mut() {
+        let index = records.iter().position(|r| r.agent_id == agent).expect("a record");
+        records.remove(index);
+    }
+    let error = verify(&head, &only(&deleted, agent), Some(agent)).expect_err("deleted");
+    assert!(error.to_string().contains("missing"), "{error}");
+    // A whole row deleted.
+    let mut gap = rows.clone();
+    gap.remove(1);
+    assert_eq!(verify(&head, &gap, None), Err(StreamError::RowGap { expected_before: 2, found: 3 }));
+    // The newest rows deleted.
+    let mut truncated = rows.clone();
+    truncated.pop();
+    let error = verify(&head, &only(&truncated, agent), Some(agent)).expect_err("truncated");
+    assert!(matches!(error, StreamError::Truncated { .. }), "{error}");
+    // The newest records of an agent cut from its last row, its heads rewritten to match: the row's hash
+    // no longer does.
+    let mut cut = rows.clone();
+    let last = cut.iter().rposition(|row| row.heads.contains("[\"agent-3\",")).expect("a row");
+    let heads: Vec<RowHead> = serde_json::from_str(&cut[last].heads).expect("heads");
+    let head_of = heads.iter().find(|head| head.0 == agent).expect("a head").clone();
+    if let Some(records) = cut[last].records.as_mut() {
+        let index = records.iter().rposition(|r| r.agent_id == agent).expect("a record");
+        let dropped = records.remove(index);
+        let rewritten: Vec<RowHead> = heads
+            .iter()
+            .map(|head| {
+                let mut head = head.clone();
+                if head.0 == agent {
+                    head.3 = dropped.chain_seq.unwrap_or_default() - 1;
+                    head.4 = dropped.prev_hash.clone().unwrap_or_default().to_string();
+                }
+                head
+            })
+            .collect();
+        cut[last].heads = serde_json::to_string(&rewritten).expect("heads");
+    }
+    assert_ne!(head_of.3, 0);
+    assert_eq!(verify(&head, &cut, Some(agent)), Err(StreamError::RowAltered { seq: cut[last].seq }));
+}
+
+#[test]
+fn a_pruned_stream_verifies_from_its_anchor() {
+    let (mut head, mut rows) = written(10, 4, 40);
+    let pruned: Vec<VerifiedRow> = rows.drain(..5).collect();
+    head.pruned_seq = pruned[4].seq;
+    head.pruned_hash = pruned[4].hash.clone();
+    let counts = verify(&head, &rows, None).expect("intact after pruning");
+    assert_eq!(counts.len(), 10);
+}
+
+#[test]
+fn buckets_are_stable() {
+    assert_eq!(bucket_of("bot"), bucket_of("bot"));
+    assert!((0..BUCKETS as i32).contains(&bucket_of("research-bot")));
+    assert_eq!(heads_pattern("a_b"), "%[\"a\\_b\",%");
+}
