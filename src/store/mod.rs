@@ -15,6 +15,9 @@ use crate::domain::session::{Pruned, Session, SessionDigest};
 use crate::domain::time::Timestamp;
 use crate::domain::{AgentId, PromptName, ResourceUri};
 
+/// The audit log's migration from agents' segments to writer streams, on both backends.
+#[cfg(test)]
+mod migration_tests;
 /// The PostgreSQL implementation (several replicas; LISTEN/NOTIFY).
 pub mod postgres;
 /// Rows as the database returns them, and their conversion into domain records.

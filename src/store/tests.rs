@@ -26,7 +26,7 @@ use crate::events::postgres::{LISTENER_APPLICATION_NAME, PgBus};
 use crate::events::{BusMessage, LocalBus};
 use crate::guard::limiter::{Limit, Outcome};
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+pub(super) type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 fn agent_id(id: &str) -> AgentId {
     AgentId::parse(id).expect("test agent id")
@@ -423,7 +423,7 @@ fn mcp_record(agent: &str, n: i64) -> AuditRecord {
 
 /// Checks every agent's records in every chain (its own and the writer streams'); returns each agent's
 /// number of records.
-async fn verify_chains(store: &dyn Store) -> Result<Vec<(String, i64)>, Box<dyn std::error::Error>> {
+pub(super) async fn verify_chains(store: &dyn Store) -> Result<Vec<(String, i64)>, Box<dyn std::error::Error>> {
     let report = crate::audit::verify::verify(store, None).await?;
     assert!(report.streams.is_empty(), "{:?}", report.streams);
     let mut counts = Vec::new();
@@ -770,16 +770,16 @@ async fn concurrent_writers(store: Arc<dyn Store>, bus: &mut Receiver<BusMessage
 // ---------------------------------------------------------------------------------------------- SQLite
 
 /// A database file in the temporary directory, removed (with its WAL files) when dropped.
-struct ScratchFile {
+pub(super) struct ScratchFile {
     path: std::path::PathBuf,
 }
 
 impl ScratchFile {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self { path: std::env::temp_dir().join(format!("hivegate-test-{}.db", uuid::Uuid::new_v4())) }
     }
 
-    fn url(&self) -> String {
+    pub(super) fn url(&self) -> String {
         format!("sqlite://{}?mode=rwc", self.path.display())
     }
 }
@@ -792,7 +792,7 @@ impl Drop for ScratchFile {
     }
 }
 
-async fn sqlite_store(url: &str, bus: LocalBus) -> Result<SqliteStore, StoreError> {
+pub(super) async fn sqlite_store(url: &str, bus: LocalBus) -> Result<SqliteStore, StoreError> {
     let store = SqliteStore::connect(url, &DatabaseConfig::default(), bus).await?;
     store.migrate().await?;
     Ok(store)
@@ -856,16 +856,16 @@ async fn sqlite_missing_file_without_create_is_an_error() {
 // ---------------------------------------------------------------------------------------------- PostgreSQL
 
 /// A database of its own on the test server, dropped (even when the test fails) when this is dropped.
-struct ScratchDatabase {
+pub(super) struct ScratchDatabase {
     admin_url: String,
     name: String,
-    url: String,
+    pub(super) url: String,
 }
 
 impl ScratchDatabase {
     /// A fresh database; panics when `HIVEGATE_TEST_POSTGRES_URL` is not set, since a PostgreSQL test
     /// fails rather than skips (`scripts/test` always sets it). Returns `Option` for the callers' shape.
-    async fn create() -> Option<Self> {
+    pub(super) async fn create() -> Option<Self> {
         let admin_url = std::env::var("HIVEGATE_TEST_POSTGRES_URL")
             .expect("HIVEGATE_TEST_POSTGRES_URL must name a PostgreSQL server (scripts/test sets it)");
         let name = format!("hivegate_test_{}", uuid::Uuid::new_v4().simple());
@@ -920,7 +920,7 @@ fn with_database(url: &str, database: &str) -> String {
     }
 }
 
-async fn pg_store(url: &str) -> Result<PgStore, StoreError> {
+pub(super) async fn pg_store(url: &str) -> Result<PgStore, StoreError> {
     let store = PgStore::connect(url, &DatabaseConfig::default()).await?;
     store.migrate().await?;
     Ok(store)
