@@ -432,6 +432,22 @@ impl Collector for Levels {
             let gauge = ConstGauge::new(value);
             gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
         }
+        let seconds: [(&str, &str, u64); 2] = [
+            (
+                "audit_write_lag_seconds",
+                "How long the oldest MCP audit record of the last batch written had waited when it was stored",
+                self.audit.lag_us.load(Relaxed),
+            ),
+            (
+                "audit_write_lag_max_seconds",
+                "The longest an MCP audit record waited to be stored since start-up",
+                self.audit.max_lag_us.load(Relaxed),
+            ),
+        ];
+        for (name, help, micros) in seconds {
+            let gauge = ConstGauge::new(micros as f64 / 1e6);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
         let counters: [(&str, &str, u64); 4] = [
             ("audit_records_written", "MCP audit records written", self.audit.written.load(Relaxed)),
             (

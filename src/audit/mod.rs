@@ -28,6 +28,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use crate::config::{AuditConfig, OnOverload};
 use crate::domain::audit_stream::AuditStream;
 use crate::domain::model::AuditRecord;
+use crate::domain::time::Timestamp;
 use crate::store::Store;
 
 /// `hivegate audit verify`: every agent's records checked against their chains.
@@ -54,6 +55,10 @@ pub struct AuditStats {
     pub rejected: AtomicU64,
     /// Agents with a chain in the writer's current stream (heads held in memory).
     pub stream_agents: AtomicU64,
+    /// How long the oldest record of the last batch written had waited when it was stored (µs).
+    pub lag_us: AtomicU64,
+    /// The longest such wait since start-up (µs).
+    pub max_lag_us: AtomicU64,
 }
 
 impl AuditStats {
@@ -320,9 +325,13 @@ impl Batcher {
     /// false when the database refuses a value in them.
     async fn write_whole(&mut self, records: &mut [AuditRecord]) -> bool {
         let mut backoff = Duration::from_millis(100);
+        let oldest = records.iter().map(|record| record.occurred_at.as_micros()).min().unwrap_or_default();
         loop {
             match self.store.append_audit(&mut self.stream, records).await {
                 Ok(()) => {
+                    let lag = u64::try_from(Timestamp::now().as_micros().saturating_sub(oldest)).unwrap_or(0);
+                    self.stats.lag_us.store(lag, Ordering::Relaxed);
+                    self.stats.max_lag_us.fetch_max(lag, Ordering::Relaxed);
                     self.stats.written.fetch_add(records.len() as u64, Ordering::Relaxed);
                     self.stats.stream_agents.store(self.stream.agents() as u64, Ordering::Relaxed);
                     return true;

@@ -9,8 +9,8 @@
 //!
 //! `base` creates the agent, a key with scope `mcp`, the 100 base resources (1 KiB of text each; `C` of
 //! them with `--count`, always including the one W1 reads), the prompt, and `N` more small resources (`bench://bulk/…`, in batches of 1,000). `agents` creates `N`
-//! agents (`a00000`, …) with `M` of the base resources each (only the one W1 reads has 1 KiB of text, the
-//! others a line) and a key each, and writes `agent key` lines to FILE. `cold` reads `R` distinct bulk
+//! agents (`a00000`, …) with `M` of the base resources each (always the one W1 reads, which alone has 1 KiB
+//! of text, the others a line) and a key each, and writes `agent key` lines to FILE. `cold` reads `R` distinct bulk
 //! resources one after the other (each one's first read: a cache miss), then the same ones again (hits),
 //! and prints both latency distributions.
 
@@ -103,7 +103,10 @@ async fn agents(admin: &Admin, count: usize, per_agent: usize, out: &str) -> Res
     let lines: Vec<String> = futures::stream::iter((0..count).map(|n| async move {
         let id = format!("a{n:05}");
         let key = admin.agent_with_key(&id).await?;
+        // Fewer than the base resources: the last one is the one W1 reads.
+        let read = (0..RESOURCES).position(|i| uri(i) == READ_URI).unwrap_or(0);
         let items = (0..per_agent)
+            .map(|i| if i + 1 == per_agent && per_agent <= read { read } else { i })
             .map(|i| {
                 let mut item = resource(i);
                 if uri(i) != READ_URI {
