@@ -43,12 +43,15 @@ create table audit_batch (
     primary key (stream_id, seq)
 );
 
--- As for segments: LZ4 where the server has it, else stored uncompressed (see 0008).
+-- As for segments: LZ4 where the server has it, else stored uncompressed (see 0008). The heads too: mostly
+-- hashes, which PostgreSQL's default pglz would try to compress in vain on every row.
 do $$
 begin
     alter table audit_batch alter column records set compression lz4;
+    alter table audit_batch alter column heads set compression lz4;
 exception when others then
     alter table audit_batch alter column records set storage external;
+    alter table audit_batch alter column heads set storage external;
 end
 $$;
 

@@ -120,15 +120,17 @@ async fn prune_audit(store: &dyn Store, audit: &AuditConfig, now: i64) -> Result
 /// whose records it holds is past its retention (so an agent kept longer keeps the rows it shares with
 /// others, and their records, as long as its own).
 async fn prune_audit_streams(store: &dyn Store, audit: &AuditConfig, now: i64) -> Result<(), crate::store::StoreError> {
-    /// Rows looked at per query.
+    /// Rows looked at per query at most: the first query looks at a few, as the oldest row is usually
+    /// not old enough yet.
     const ROWS: u32 = 1_000;
     // Each agent's retention, looked up once per sweep.
     let mut kept: HashMap<String, Option<Duration>> = HashMap::new();
     for head in store.audit_streams().await? {
         let mut after = head.pruned_seq;
         let mut through = None;
+        let mut fetch = 8;
         'rows: loop {
-            let rows = store.audit_stream_rows(&head.stream_id, after, ROWS, None, false).await?;
+            let rows = store.audit_stream_rows(&head.stream_id, after, fetch, None, false).await?;
             for row in &rows {
                 let heads: Vec<RowHead> = serde_json::from_str(&row.heads).unwrap_or_default();
                 for row_head in &heads {
@@ -148,9 +150,10 @@ async fn prune_audit_streams(store: &dyn Store, audit: &AuditConfig, now: i64) -
                 through = Some(row.seq);
             }
             match rows.last() {
-                Some(last) if rows.len() == ROWS as usize => after = last.seq,
+                Some(last) if rows.len() == fetch as usize => after = last.seq,
                 _ => break,
             }
+            fetch = (fetch * 4).min(ROWS);
         }
         if let Some(through) = through {
             let deleted = store.prune_audit_stream(&head.stream_id, through).await?;
