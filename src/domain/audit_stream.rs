@@ -132,25 +132,14 @@ impl AuditStream {
     }
 
     /// Chains `records` on: sorts them by bucket and agent (each agent's keep their order), sets each one's
-    /// position, and encodes the rows. The stream itself moves on only by [`Self::commit`], once stored.
+    /// position (its hashes are stored, not set on it), and encodes the rows. The stream itself moves on
+    /// only by [`Self::commit`], once stored.
     pub fn chain(&self, records: &mut [AuditRecord]) -> ChainedBatch {
-        let mut keyed: Vec<(i32, usize)> = Vec::with_capacity(records.len());
-        {
-            let mut buckets: HashMap<&str, i32, foldhash::fast::RandomState> = HashMap::default();
-            for (index, record) in records.iter().enumerate() {
-                let bucket = *buckets.entry(record.agent_id.as_str()).or_insert_with(|| bucket_of(&record.agent_id));
-                keyed.push((bucket, index));
-            }
-        }
-        // Stable: each agent's records keep their order, which is their order in its chain.
-        keyed.sort_by(|a, b| (a.0, &records[a.1].agent_id).cmp(&(b.0, &records[b.1].agent_id)));
-        let order: Vec<usize> = keyed.iter().map(|(_, index)| *index).collect();
-        apply_order(records, order);
-        let buckets: Vec<i32> = keyed.into_iter().map(|(bucket, _)| bucket).collect();
-
+        let buckets = sort_by_bucket(records);
         let mut batch =
             ChainedBatch { rows: Vec::new(), heads: Vec::new(), last_seq: self.seq, last_hash: self.hash.clone() };
-        let mut moved: HashMap<AuditText, usize, foldhash::fast::RandomState> = HashMap::default();
+        // The agent being chained: sorted, each agent's records come in one run (over one or more rows).
+        let mut current: Option<(AuditText, Head)> = None;
         let mut start = 0;
         while start < records.len() {
             let end = row_end(records, &buckets, start);
@@ -161,36 +150,32 @@ impl AuditStream {
             for record in &mut records[start..end] {
                 let at = record.occurred_at.as_micros();
                 (first_at, last_at) = (first_at.min(at), last_at.max(at));
-                let head = match moved.get(&record.agent_id) {
-                    Some(&index) => batch.heads[index].1.clone(),
-                    None => self
+                let is_next_agent = current.as_ref().is_none_or(|(agent, _)| *agent != record.agent_id);
+                if is_next_agent {
+                    if let Some((agent, head)) = current.take() {
+                        close(&mut heads, &head);
+                        batch.heads.push((agent, head));
+                    }
+                    let head = self
                         .heads
                         .get(&record.agent_id)
                         .cloned()
-                        .unwrap_or_else(|| Head { seq: 0, hash: self.id.clone() }),
-                };
-                if heads.last().is_none_or(|last| last.0 != record.agent_id.as_str()) {
-                    heads.push(RowHead(record.agent_id.to_string(), head.seq, head.hash.clone(), 0, String::new()));
+                        .unwrap_or_else(|| Head { seq: 0, hash: self.id.clone() });
+                    current = Some((record.agent_id.clone(), head));
+                }
+                let Some((agent, head)) = current.as_mut() else { continue };
+                if heads.last().is_none_or(|last| last.0 != agent.as_str()) {
+                    heads.push(RowHead(agent.to_string(), head.seq, head.hash.clone(), 0, String::new()));
                 }
                 if out.len() > 1 {
                     out.push(b',');
                 }
-                let seq = head.seq + 1;
-                record.chain_seq = Some(seq);
-                record.prev_hash = Some(head.hash.as_str().into());
-                let hash = append_stored_record(&mut out, &head.hash, record, seq);
-                record.hash = Some(hash.as_str().into());
-                if let Some(last) = heads.last_mut() {
-                    (last.3, last.4) = (seq, hash.clone());
-                }
-                let next = Head { seq, hash };
-                match moved.get(&record.agent_id) {
-                    Some(&index) => batch.heads[index].1 = next,
-                    None => {
-                        moved.insert(record.agent_id.clone(), batch.heads.len());
-                        batch.heads.push((record.agent_id.clone(), next));
-                    }
-                }
+                head.seq += 1;
+                record.chain_seq = Some(head.seq);
+                head.hash = append_stored_record(&mut out, &head.hash, record, head.seq);
+            }
+            if let Some((_, head)) = &current {
+                close(&mut heads, head);
             }
             out.push(b']');
             // Every piece written is valid UTF-8 (strings copied or escaped whole, ASCII punctuation).
@@ -212,6 +197,9 @@ impl AuditStream {
             batch.last_seq = seq;
             start = end;
         }
+        if let Some((agent, head)) = current {
+            batch.heads.push((agent, head));
+        }
         batch
     }
 
@@ -225,14 +213,40 @@ impl AuditStream {
     }
 }
 
-/// Puts `records` into `order` (a permutation of their indices), in place.
-fn apply_order(records: &mut [AuditRecord], order: Vec<usize>) {
-    let mut taken: Vec<Option<AuditRecord>> = records.iter_mut().map(|record| Some(std::mem::take(record))).collect();
-    for (slot, index) in records.iter_mut().zip(order) {
-        if let Some(record) = taken[index].take() {
-            *slot = record;
+/// Sets the end of the row's newest head (the agent being chained) to where its chain stands.
+fn close(heads: &mut [RowHead], head: &Head) {
+    if let Some(last) = heads.last_mut() {
+        (last.3, last.4) = (head.seq, head.hash.clone());
+    }
+}
+
+/// Sorts `records` by bucket and agent, stably (each agent's keep their order); returns each one's bucket.
+fn sort_by_bucket(records: &mut [AuditRecord]) -> Vec<i32> {
+    let mut keyed: Vec<(i32, usize)> = Vec::with_capacity(records.len());
+    let mut buckets: HashMap<&str, i32, foldhash::fast::RandomState> = HashMap::default();
+    let mut last: Option<(&str, i32)> = None;
+    for (index, record) in records.iter().enumerate() {
+        let agent = record.agent_id.as_str();
+        let bucket = match last {
+            Some((previous, bucket)) if previous == agent => bucket,
+            _ => *buckets.entry(agent).or_insert_with(|| bucket_of(agent)),
+        };
+        last = Some((agent, bucket));
+        keyed.push((bucket, index));
+    }
+    keyed.sort_by(|a, b| (a.0, &records[a.1].agent_id).cmp(&(b.0, &records[b.1].agent_id)));
+    let buckets = keyed.iter().map(|(bucket, _)| *bucket).collect();
+    // Records of one agent, or already in order, stay where they are.
+    if keyed.iter().enumerate().any(|(at, (_, index))| at != *index) {
+        let mut taken: Vec<Option<AuditRecord>> =
+            records.iter_mut().map(|record| Some(std::mem::take(record))).collect();
+        for (slot, (_, index)) in records.iter_mut().zip(keyed) {
+            if let Some(record) = taken[index].take() {
+                *slot = record;
+            }
         }
     }
+    buckets
 }
 
 /// Where the row starting at `start` ends: at the next bucket, after [`ROW_RECORDS`] records, or before a

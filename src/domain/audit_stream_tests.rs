@@ -35,13 +35,28 @@ fn written(agents: usize, batches: usize, per_batch: usize) -> (StreamHead, Vec<
             let count = serde_json::from_str::<Vec<serde_json::Value>>(&row.records).expect("records").len();
             let (mine, others) = rest.split_at(count);
             rest = others;
+            // As the store reads them back: each record with its hash and the one before it.
+            let heads: Vec<RowHead> = serde_json::from_str(&row.heads).expect("heads");
+            let mut prev: HashMap<String, String> = heads.into_iter().map(|head| (head.0, head.2)).collect();
+            let mine: Vec<AuditRecord> = mine
+                .iter()
+                .cloned()
+                .map(|mut record| {
+                    let before = prev.get(record.agent_id.as_str()).cloned().unwrap_or_default();
+                    let hash = crate::domain::audit::chain_hash(&before, &record, record.chain_seq.unwrap_or_default());
+                    record.prev_hash = Some(before.as_str().into());
+                    record.hash = Some(hash.as_str().into());
+                    prev.insert(record.agent_id.to_string(), hash);
+                    record
+                })
+                .collect();
             rows.push(VerifiedRow {
                 seq: row.seq,
                 last_at: row.last_at,
                 prev_hash: row.prev_hash.clone(),
                 hash: row.hash.clone(),
                 heads: row.heads.clone(),
-                records: Some(mine.to_vec()),
+                records: Some(mine),
             });
         }
         stream.commit(batch);
