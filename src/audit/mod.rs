@@ -79,8 +79,23 @@ pub struct AuditWriter {
     is_rejecting: bool,
 }
 
-/// A place in the queue, held while a request is served (`audit.on_overload = "reject"`).
-pub struct Reserved(mpsc::OwnedPermit<AuditRecord>);
+/// Where a request's record goes: a place in the queue it holds while it is served (`audit.on_overload =
+/// "reject"`), or the queue as it is when the record is made.
+pub struct Recorder<'a> {
+    writer: &'a AuditWriter,
+    reserved: Option<mpsc::OwnedPermit<AuditRecord>>,
+}
+
+impl Recorder<'_> {
+    /// Queues a record of the request: the first in its reserved place, when it holds one (a batch's other
+    /// records as any record is).
+    pub fn record(&mut self, record: AuditRecord) {
+        let Some(permit) = self.reserved.take() else { return self.writer.record(record) };
+        let sender = permit.send(record);
+        self.writer.stats.queued.fetch_add(1, Ordering::Relaxed);
+        self.writer.bell.ring_if_full(sender.max_capacity() - sender.capacity());
+    }
+}
 
 /// The queue is full: the request is refused rather than served unaudited.
 #[derive(Debug)]
@@ -172,12 +187,14 @@ impl AuditWriter {
         }
     }
 
-    /// With `audit.on_overload = "reject"`, a place in the queue for the record of a request about to be
-    /// served, or [`Overloaded`] when the queue is full (counted); `None` otherwise (nothing to hold).
-    pub fn reserve(&self) -> Result<Option<Reserved>, Overloaded> {
-        let Some(sender) = self.sender.as_ref().filter(|_| self.is_rejecting) else { return Ok(None) };
+    /// Where the record of a request about to be served goes. With `audit.on_overload = "reject"` it takes
+    /// its place in the queue now, and [`Overloaded`] (counted) says the queue is full.
+    pub fn reserve(&self) -> Result<Recorder<'_>, Overloaded> {
+        let Some(sender) = self.sender.as_ref().filter(|_| self.is_rejecting) else {
+            return Ok(Recorder { writer: self, reserved: None });
+        };
         match sender.clone().try_reserve_owned() {
-            Ok(permit) => Ok(Some(Reserved(permit))),
+            Ok(permit) => Ok(Recorder { writer: self, reserved: Some(permit) }),
             Err(_) => {
                 let rejected = self.stats.rejected.fetch_add(1, Ordering::Relaxed) + 1;
                 if rejected.is_power_of_two() {
@@ -186,14 +203,6 @@ impl AuditWriter {
                 Err(Overloaded)
             }
         }
-    }
-
-    /// Queues a record in the place `reserved` holds; without one, as [`Self::record`] does.
-    pub fn record_reserved(&self, reserved: Option<Reserved>, record: AuditRecord) {
-        let Some(Reserved(permit)) = reserved else { return self.record(record) };
-        let sender = permit.send(record);
-        self.stats.queued.fetch_add(1, Ordering::Relaxed);
-        self.bell.ring_if_full(sender.max_capacity() - sender.capacity());
     }
 
     pub fn stats(&self) -> &Arc<AuditStats> {

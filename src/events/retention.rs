@@ -5,6 +5,7 @@
 //! same time only share the work. A resumption from a position that was pruned is answered with the resync
 //! set (see [`crate::mcp::sse::EventFrames::resync`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,8 +13,6 @@ use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
 use crate::config::{AuditConfig, EventsConfig, SessionsConfig};
-use std::collections::HashMap;
-
 use crate::domain::AgentId;
 use crate::domain::audit_stream::RowHead;
 use crate::domain::time::Timestamp;
@@ -92,9 +91,9 @@ async fn run(store: Arc<dyn Store>, retention: Retention) {
     }
 }
 
-/// Prunes each agent's audit chain (admin changes, and MCP records from before the writer streams) to its retention (the agent's own `auditRetentionDays`, else the
-/// configuration's; a deleted agent's chain by the configuration), oldest records first, keeping the chain
-/// verifiable.
+/// Prunes each agent's own audit chain (admin changes, and MCP records from before the writer streams) to its
+/// retention (the agent's own `auditRetentionDays`, else the configuration's; a deleted agent's chain by the
+/// configuration), oldest records first, keeping the chain verifiable.
 async fn prune_audit(store: &dyn Store, audit: &AuditConfig, now: i64) -> Result<(), crate::store::StoreError> {
     for head in store.audit_heads(None).await? {
         let stored = match AgentId::parse(&head.agent_id) {

@@ -250,7 +250,7 @@ where
 {
     // With `audit.on_overload = "reject"`, the record's place in the queue is taken before the request is
     // served: a full queue refuses it instead.
-    let Ok(mut reserved) = state.audit.reserve() else {
+    let Ok(mut audit) = state.audit.reserve() else {
         return super::error::McpError::AuditOverloaded.into_response();
     };
     let started = Instant::now();
@@ -303,7 +303,7 @@ where
                 latency: item.latency,
                 trace_id: item.trace_id.or_else(|| trace_id.clone()),
             };
-            state.audit.record_reserved(reserved.take(), common.clone().record(entry));
+            audit.record(common.clone().record(entry));
         }
         return response;
     }
@@ -319,7 +319,7 @@ where
         latency: elapsed,
         trace_id,
     };
-    state.audit.record_reserved(reserved, common.record(entry));
+    audit.record(common.record(entry));
     response
 }
 
