@@ -87,6 +87,8 @@ mod operator;
 mod otel;
 /// Lists: page sizes, cursors, bytewise order.
 mod pagination;
+/// TLS to PostgreSQL: the store and the listener over TLS, a wrong root certificate stopping start-up.
+mod postgres_tls;
 /// The binary: the generated operator token, concurrent migrations, graceful shutdown.
 mod process;
 /// Prompts: templates compiled at write time.
