@@ -1,7 +1,10 @@
 # A throwaway PostgreSQL cluster for the scripts that test against PostgreSQL (scripts/test, openapi/run):
 # sourced, not run. `start_cluster` starts one on a free loopback port in a temporary directory (installing
 # Debian's `postgresql` package first when no server binaries exist and this runs as root), exports
-# HIVEGATE_TEST_POSTGRES_URL, and removes it on exit. The sourcing script defines `fail MESSAGE...`.
+# HIVEGATE_TEST_POSTGRES_URL, and removes it on exit. The cluster accepts TLS connections only, with a CA and
+# a server certificate for `localhost` made here with openssl, and the URL asks for `sslmode=verify-full`
+# (HIVEGATE_TEST_POSTGRES_TLS=1 is exported too: the TLS stories fail rather than skip). The sourcing script
+# defines `fail MESSAGE...`.
 
 # The newest PostgreSQL server binaries (Debian's layout first, then PATH), or nothing.
 find_pg_bin() {
@@ -40,6 +43,29 @@ stop_cluster() {
     fi
 }
 
+# A CA and a server certificate for `localhost` (and 127.0.0.1) it signs, valid for two days, in directory $1:
+# ca.crt, server.crt and server.key (readable by the cluster's owner only, as PostgreSQL requires).
+make_certificates() {
+    local dir="$1"
+    command -v openssl >/dev/null || fail "openssl is needed to make the throwaway cluster's TLS certificates"
+    mkdir -p "$dir"
+    {
+        openssl req -x509 -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -days 2 \
+            -subj "/CN=hivegate test CA" -addext "basicConstraints=critical,CA:TRUE" \
+            -addext "keyUsage=critical,keyCertSign,cRLSign" -keyout "$dir/ca.key" -out "$dir/ca.crt" &&
+            openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -subj "/CN=localhost" \
+                -keyout "$dir/server.key" -out "$dir/server.csr" &&
+            printf '%s\n' "subjectAltName=DNS:localhost,IP:127.0.0.1" "basicConstraints=critical,CA:FALSE" \
+                "keyUsage=critical,digitalSignature" "extendedKeyUsage=serverAuth" >"$dir/server.ext" &&
+            openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -set_serial 1 -days 2 \
+                -extfile "$dir/server.ext" -out "$dir/server.crt"
+    } >"$dir/openssl.log" 2>&1 || { cat "$dir/openssl.log" >&2; fail "could not make the TLS certificates"; }
+    chmod 600 "$dir/server.key" "$dir/ca.key"
+    if [[ "$(id -u)" -eq 0 ]]; then
+        chown -R postgres: "$dir"
+    fi
+}
+
 start_cluster() {
     PG_BIN="$(find_pg_bin)"
     if [[ -z "$PG_BIN" ]]; then
@@ -65,6 +91,9 @@ start_cluster() {
 
     as_owner "$PG_BIN/initdb" -D "$PG_DIR/data" -U postgres -A trust -E UTF8 --no-sync >"$PG_DIR/initdb.log" 2>&1 ||
         { cat "$PG_DIR/initdb.log" >&2; fail "initdb failed"; }
+    make_certificates "$PG_DIR/tls"
+    # Only TLS connections are accepted (hostssl), so a client that silently fell back to plain text fails.
+    sed -i -E 's/^host([[:space:]])/hostssl\1/' "$PG_DIR/data/pg_hba.conf"
 
     # A free port: try random ones until the server starts on one (another process may take a port between
     # the check and the start, so the start itself is the real test).
@@ -75,10 +104,11 @@ start_cluster() {
             continue
         fi
         if as_owner "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 start \
-            -o "-h 127.0.0.1 -p $port -k $PG_DIR -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+            -o "-h 127.0.0.1 -p $port -k $PG_DIR -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300 -c ssl=on -c ssl_cert_file=$PG_DIR/tls/server.crt -c ssl_key_file=$PG_DIR/tls/server.key" \
             >/dev/null 2>&1; then
-            export HIVEGATE_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres"
-            echo "${0##*/}: throwaway PostgreSQL ($("$PG_BIN/postgres" --version)) on 127.0.0.1:$port" >&2
+            export HIVEGATE_TEST_POSTGRES_URL="postgres://postgres@localhost:$port/postgres?sslmode=verify-full&sslrootcert=$PG_DIR/tls/ca.crt"
+            export HIVEGATE_TEST_POSTGRES_TLS=1
+            echo "${0##*/}: throwaway PostgreSQL ($("$PG_BIN/postgres" --version)) on localhost:$port over TLS (verify-full)" >&2
             return 0
         fi
     done
