@@ -51,6 +51,10 @@ pub fn router(state: AppState) -> Router {
         // layers, each would clone and box the services inside it on every request.
         any(crate::mcp::transport::endpoint),
     );
+    routes = routes.route(
+        &format!("{}/{{agent_id}}/mcp", crate::oauth::metadata::WELL_KNOWN),
+        get(crate::oauth::metadata::document),
+    );
     let with_admin = http.public_admin || !separate_operator;
     if with_admin {
         routes = with_reference(routes.nest("/admin/v1", admin(&state, crate::guard::admin_gate)));

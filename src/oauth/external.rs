@@ -1,0 +1,134 @@
+//! `oauth.mode = "external"`: access tokens are JWTs of an identity provider (`oauth.issuer`).
+//!
+//! A token is accepted for an agent when its signature verifies with a key of the issuer's JWKS
+//! ([`super::jwks`]) under an algorithm of `oauth.algorithms` (never `none`, never HMAC: a JWKS is public),
+//! its `iss` is the issuer, its `aud` the agent's canonical MCP URL (RFC 8707), `exp` and `nbf` hold within
+//! `oauth.leeway_s`, its scopes (`scope` string or `scp` array) hold `mcp`, and its subject (`sub`) is
+//! granted on the agent through the admin API ([`crate::admin::oauth_subjects`]). The grant names the key
+//! the token acts as. Nothing of the token is logged.
+
+use std::sync::Arc;
+
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, Validation};
+use serde::Deserialize;
+
+use super::config::OAuthConfig;
+use super::jwks::{Jwks, JwksError};
+use super::{AuthError, Grant, SCOPE};
+use crate::domain::time::Timestamp;
+use crate::domain::{AgentId, Scope};
+use crate::store::Store;
+
+/// The claims hivegate reads; `iss`, `aud`, `exp` and `nbf` are checked by [`jsonwebtoken`].
+#[derive(Debug, Deserialize)]
+struct Claims {
+    sub: String,
+    exp: u64,
+    /// Space-separated scopes (RFC 9068, RFC 8693).
+    #[serde(default)]
+    scope: Option<String>,
+    /// Scopes as an array (or a string), as some identity providers send them.
+    #[serde(default)]
+    scp: Option<serde_json::Value>,
+}
+
+impl Claims {
+    fn scopes(&self) -> Vec<&str> {
+        let mut scopes: Vec<&str> = self.scope.as_deref().map(|s| s.split(' ').collect()).unwrap_or_default();
+        match &self.scp {
+            Some(serde_json::Value::String(text)) => scopes.extend(text.split(' ')),
+            Some(serde_json::Value::Array(items)) => scopes.extend(items.iter().filter_map(|item| item.as_str())),
+            _ => {}
+        }
+        scopes
+    }
+}
+
+/// The validator of the external issuer's tokens.
+pub struct External {
+    issuer: String,
+    algorithms: Vec<Algorithm>,
+    leeway: u64,
+    jwks: Jwks,
+    store: Arc<dyn Store>,
+}
+
+impl External {
+    pub fn new(config: &OAuthConfig, store: Arc<dyn Store>) -> Self {
+        Self {
+            issuer: config.issuer.clone().unwrap_or_default(),
+            algorithms: config.parsed_algorithms(),
+            leeway: config.leeway_s,
+            jwks: Jwks::new(config),
+            store,
+        }
+    }
+
+    /// The issuer identifier subjects are granted under.
+    pub fn issuer(&self) -> &str {
+        &self.issuer
+    }
+
+    /// The grant behind `token` presented for `agent`, whose canonical MCP URL is `resource`.
+    pub async fn grant(&self, token: &str, agent: &AgentId, resource: &str) -> Result<Grant, AuthError> {
+        let invalid = |why: &str| AuthError::Token(why.to_owned());
+        let header = jsonwebtoken::decode_header(token).map_err(|_| invalid("not a signed JWT"))?;
+        if !self.algorithms.contains(&header.alg) {
+            return Err(invalid("its signature algorithm is not accepted (oauth.algorithms)"));
+        }
+        let keys = self.jwks.keys_for(header.kid.as_deref()).await.map_err(|error| match error {
+            JwksError::UnknownKey => invalid("no signing key of the issuer has its kid"),
+            JwksError::Unavailable(why) => AuthError::Unavailable(why),
+        })?;
+        let mut validation = Validation::new(header.alg);
+        validation.algorithms = vec![header.alg];
+        validation.leeway = self.leeway;
+        validation.validate_nbf = true;
+        validation.set_issuer(&[&self.issuer]);
+        validation.set_audience(&[resource]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        let mut refusal = invalid("no signing key of the issuer fits it");
+        let mut claims = None;
+        for key in keys {
+            if key.algorithm.is_some_and(|alg| alg != header.alg) || key.key.family() != header.alg.family() {
+                continue;
+            }
+            match jsonwebtoken::decode::<Claims>(token, &key.key, &validation) {
+                Ok(data) => {
+                    claims = Some(data.claims);
+                    break;
+                }
+                Err(error) => refusal = invalid(why(error.kind())),
+            }
+        }
+        let claims = claims.ok_or(refusal)?;
+        if !claims.scopes().contains(&SCOPE) {
+            return Err(AuthError::Forbidden(format!("the access token does not have scope {SCOPE}")));
+        }
+        let scopes: Vec<Scope> = claims.scopes().into_iter().filter_map(Scope::parse).collect();
+        let granted = self.store.get_oauth_subject(agent, &self.issuer, &claims.sub).await?.ok_or_else(|| {
+            AuthError::Forbidden(format!(
+                "the token's subject is not granted on agent {agent} (the operator grants it with PUT \
+                 /admin/v1/agents/{agent}/oauth-subjects/{{subject}})"
+            ))
+        })?;
+        let expires_at =
+            Timestamp::from_micros(i64::try_from(claims.exp.saturating_mul(1_000_000)).unwrap_or(i64::MAX));
+        Ok(Grant { key_id: granted.key_id, agent: agent.clone(), scopes, expires_at })
+    }
+}
+
+/// What a validation failure says, naming no value of the token.
+fn why(kind: &ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::ExpiredSignature => "it has expired (exp)",
+        ErrorKind::ImmatureSignature => "it is not valid yet (nbf)",
+        ErrorKind::InvalidAudience => "it was issued for another resource (aud)",
+        ErrorKind::InvalidIssuer => "it was issued by another issuer (iss)",
+        ErrorKind::InvalidSignature => "its signature does not verify",
+        ErrorKind::InvalidAlgorithm => "its signature algorithm does not fit the key",
+        ErrorKind::MissingRequiredClaim(_) => "it lacks a required claim (exp, iss, aud, sub)",
+        _ => "it is not a valid access token",
+    }
+}
