@@ -87,12 +87,17 @@ impl From<McpError> for Refusal {
     }
 }
 
-/// Every request to `/{agent_id}/mcp`: the failed-authentication guard and the `RateLimit*` fields
+/// Every request to `/{agent_id}/mcp`: CORS ([`crate::http::cors`]: a preflight is answered here) around the
+/// failed-authentication guard and the `RateLimit*` fields
 /// ([`crate::guard::mcp_gate`]) around the audit ([`super::audit::record`]) around the method's handler:
 /// [`post`], [`super::standalone::get`] (`HEAD` too) and [`super::standalone::delete`]; any other method is
 /// 405.
 pub async fn endpoint(State(state): State<AppState>, request: Request) -> Response {
-    crate::guard::mcp_gate(&state, request, |request| {
+    let cors = crate::http::cors::Cors::of(&state, &request);
+    if let Some(preflight) = cors.preflight() {
+        return preflight;
+    }
+    let response = crate::guard::mcp_gate(&state, request, |request| {
         super::audit::record(&state, request, |request| async {
             let (mut parts, body) = request.into_parts();
             let path = Path::<String>::from_request_parts(&mut parts, &state).await;
@@ -106,7 +111,8 @@ pub async fn endpoint(State(state): State<AppState>, request: Request) -> Respon
             }
         })
     })
-    .await
+    .await;
+    cors.finish(response)
 }
 
 /// `POST /{agent_id}/mcp`: one JSON-RPC message, or a batch where 2025-03-26 allows it.

@@ -23,8 +23,11 @@ use crate::store::Store;
 /// The claims hivegate reads; `iss`, `aud`, `exp` and `nbf` are checked by [`jsonwebtoken`].
 #[derive(Debug, Deserialize)]
 struct Claims {
-    sub: String,
-    exp: u64,
+    /// Optional here so that a token without one is refused as lacking a required claim.
+    #[serde(default)]
+    sub: Option<String>,
+    #[serde(default)]
+    exp: Option<u64>,
     /// Space-separated scopes (RFC 9068, RFC 8693).
     #[serde(default)]
     scope: Option<String>,
@@ -107,14 +110,16 @@ impl External {
             return Err(AuthError::Forbidden(format!("the access token does not have scope {SCOPE}")));
         }
         let scopes: Vec<Scope> = claims.scopes().into_iter().filter_map(Scope::parse).collect();
-        let granted = self.store.get_oauth_subject(agent, &self.issuer, &claims.sub).await?.ok_or_else(|| {
+        let (Some(subject), Some(exp)) = (claims.sub.as_deref(), claims.exp) else {
+            return Err(invalid(why(&ErrorKind::MissingRequiredClaim(String::new()))));
+        };
+        let granted = self.store.get_oauth_subject(agent, &self.issuer, subject).await?.ok_or_else(|| {
             AuthError::Forbidden(format!(
                 "the token's subject is not granted on agent {agent} (the operator grants it with PUT \
                  /admin/v1/agents/{agent}/oauth-subjects/{{subject}})"
             ))
         })?;
-        let expires_at =
-            Timestamp::from_micros(i64::try_from(claims.exp.saturating_mul(1_000_000)).unwrap_or(i64::MAX));
+        let expires_at = Timestamp::from_micros(i64::try_from(exp.saturating_mul(1_000_000)).unwrap_or(i64::MAX));
         Ok(Grant { key_id: granted.key_id, agent: agent.clone(), scopes, expires_at })
     }
 }
