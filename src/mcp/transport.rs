@@ -199,6 +199,15 @@ pub(super) async fn admit(
         })
     };
     let authenticated = state.oauth.authenticate(&state.keys, headers, path_agent.as_ref()).await;
+    if matches!(Presented::of(headers, oauth.is_some()), Presented::Token(_)) {
+        let outcome = match &authenticated {
+            Ok(_) => "accepted",
+            Err(AuthError::Forbidden(_)) => "forbidden",
+            Err(AuthError::Unavailable(_)) => "unavailable",
+            Err(_) => "invalid",
+        };
+        state.metrics.oauth_tokens.get_or_create(&crate::metrics::OutcomeLabels { outcome }).inc();
+    }
     let Authenticated { key, is_token } = match authenticated {
         Ok(authenticated) => authenticated,
         Err(error) => {

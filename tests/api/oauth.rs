@@ -318,6 +318,13 @@ async fn external_issuer_tokens(backend: Backend) {
     }
     assert!(issuer.fetches() - before <= 2, "{} fetches for 20 unknown kids", issuer.fetches() - before);
 
+    // Counted by outcome.
+    let metrics = app.anon(Method::GET, "/metrics").send().await.unwrap().text().await.unwrap();
+    for outcome in ["accepted", "invalid", "forbidden"] {
+        let line = format!("hivegate_oauth_tokens_total{{outcome=\"{outcome}\"}} ");
+        assert!(metrics.lines().any(|l| l.starts_with(&line)), "no {line} in /metrics");
+    }
+
     // The key behind the token revoked on one replica: refused on the other at once (PostgreSQL runs two).
     let replica = match backend {
         Backend::Postgres => Some(spawn_app_on_with(app.db.clone(), configure).await),
