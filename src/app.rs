@@ -129,6 +129,8 @@ impl Application {
             format!("{scheme}://{address}")
         });
         let oauth = Arc::new(crate::oauth::OAuth::new(&config.oauth, &public_url, store.clone()));
+        // After the hub: its cache of granted subjects is nothing streams read.
+        bus.add_hook(oauth.clone());
         // `oauth.mode = "builtin"`: the built-in authorization server hands its tokens over here with
         // `oauth.set_builtin(...)`.
         let state = AppState::new(Shared {

@@ -337,6 +337,13 @@ async fn external_issuer_tokens(backend: Backend) {
     app.revoke_key("bot", &key.id).await;
     let message = assert_invalid_token(&call(on_replica, "bot", &token, "ping", json!({})).await, on_replica, "bot");
     assert!(message.contains("revoked"), "{message}");
+    // A grant deleted on one replica: its subject's next token is refused on the other at once.
+    let bobs = sign(&first, &claims(&issuer.url, &format!("{}/other/mcp", on_replica.address), "bob"));
+    lists_and_reads(on_replica, "other", &bobs).await;
+    let response = app.op(Method::DELETE, "/admin/v1/agents/other/oauth-subjects/bob").send().await.unwrap();
+    expect_status(response, StatusCode::NO_CONTENT).await;
+    let message = assert_insufficient_scope(&call(on_replica, "other", &bobs, "ping", json!({})).await);
+    assert!(message.contains("not granted"), "{message}");
 }
 
 /// Subject grants: created, replaced, read, listed, deleted; bounded in count and size; only usable keys
