@@ -191,11 +191,11 @@ pub(super) async fn admit(
     // access token must be for it, and its metadata document is named in the challenge.
     let path_agent = path.ok().and_then(|Path(id)| AgentId::parse(&id).ok());
     let oauth = path_agent.as_ref().filter(|agent| state.oauth.is_on_for(agent.as_str()));
-    let metadata_url = oauth.map(|agent| state.oauth.metadata_url(agent.as_str()));
     // The OAuth challenge for a refusal with this error code (none while OAuth is off for the agent).
     let challenge = |error: Option<&'static str>, description: Option<&str>| {
-        metadata_url.as_deref().map(|url| {
-            Challenge { resource_metadata: Some(url), scope: Some(oauth::SCOPE), error, description }.header()
+        oauth.map(|agent| {
+            let url = state.oauth.metadata_url(agent.as_str());
+            Challenge { resource_metadata: Some(&url), scope: Some(oauth::SCOPE), error, description }.header()
         })
     };
     let authenticated = state.oauth.authenticate(&state.keys, headers, path_agent.as_ref()).await;
@@ -230,8 +230,8 @@ pub(super) async fn admit(
             return Err(Refusal { error, trail: None, challenge });
         }
     };
-    let agent_id = path_agent.ok_or(McpError::UnknownAgent)?;
-    let agent = match state.registry.agent(&agent_id).await {
+    let agent_id = path_agent.as_ref().ok_or(McpError::UnknownAgent)?;
+    let agent = match state.registry.agent(agent_id).await {
         Ok(Some(agent)) => agent,
         Ok(None) => return Err(McpError::UnknownAgent.into()),
         Err(error) => {
