@@ -175,8 +175,8 @@ pub struct Challenge<'a> {
 }
 
 impl Challenge<'_> {
-    /// The header value. Quotes and backslashes in the parameters (none of ours has any) are dropped rather
-    /// than escaped; a value that cannot be a header field falls back to [`CHALLENGE`].
+    /// The header value. Quotes, backslashes and control characters in the parameters are dropped rather
+    /// than escaped; a value that still cannot be a header field falls back to [`CHALLENGE`].
     pub fn header(&self) -> axum::http::HeaderValue {
         let mut text = String::from(CHALLENGE);
         let parameters = [
@@ -187,7 +187,7 @@ impl Challenge<'_> {
         ];
         for (name, value) in parameters {
             if let Some(value) = value {
-                let value: String = value.chars().filter(|c| !matches!(c, '"' | '\\')).collect();
+                let value: String = value.chars().filter(|c| !matches!(c, '"' | '\\') && !c.is_control()).collect();
                 text.push_str(&format!(", {name}=\"{value}\""));
             }
         }
@@ -257,4 +257,28 @@ impl OperatorToken {
 /// Whether `record` belongs to `agent`.
 pub fn is_key_of(record: &KeyRecord, agent: &AgentId) -> bool {
     &record.agent_id == agent
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_challenge_is_spelled_once() {
+        assert_eq!(Challenge::default().header(), CHALLENGE);
+        let full = Challenge {
+            resource_metadata: Some("https://h/.well-known/oauth-protected-resource/a/mcp"),
+            scope: Some("mcp"),
+            error: Some("invalid_token"),
+            description: Some("a \"quoted\" \\ reason"),
+        };
+        assert_eq!(
+            full.header(),
+            "Bearer realm=\"hivegate\", resource_metadata=\"https://h/.well-known/oauth-protected-resource/a/mcp\", \
+             scope=\"mcp\", error=\"invalid_token\", error_description=\"a quoted  reason\""
+        );
+        // Control characters, which a header value cannot hold, are dropped.
+        let broken = Challenge { description: Some("line\nbreak"), ..Challenge::default() };
+        assert_eq!(broken.header(), "Bearer realm=\"hivegate\", error_description=\"linebreak\"");
+    }
 }
