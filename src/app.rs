@@ -51,6 +51,8 @@ pub struct Application {
     _reclaimer: Reclaimer,
     /// Re-reads a stored operator token digest, so a rotation reaches this replica.
     _operator_refresh: AbortOnDrop,
+    /// Writes which keys were used, every few seconds (and once more at shutdown).
+    _key_uses: AbortOnDrop,
     /// Writes MCP audit records; stopped (flushed) after the server drained.
     audit_task: AuditTask,
 }
@@ -161,6 +163,17 @@ impl Application {
                 }
             }))
         };
+        let key_uses = {
+            let keys = state.keys.clone();
+            AbortOnDrop(tokio::spawn(async move {
+                let mut every = tokio::time::interval(crate::http::auth::TOUCH_WRITE_INTERVAL);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    every.tick().await;
+                    keys.write_uses().await;
+                }
+            }))
+        };
         Ok(Self {
             listener,
             tls,
@@ -171,6 +184,7 @@ impl Application {
             _pruner: pruner,
             _reclaimer: reclaimer,
             _operator_refresh: operator_refresh,
+            _key_uses: key_uses,
             audit_task,
         })
     }
@@ -260,6 +274,7 @@ impl Application {
         }
         // Every request has ended: write the audit records still queued.
         self.audit_task.stop(grace).await;
+        self.state.keys.write_uses().await;
         // Leave the live replicas, so that other replicas' changes stop waiting for this one at once.
         if let Some(pg_bus) = self.pg_bus {
             pg_bus.stop().await;

@@ -18,6 +18,9 @@ use crate::store::{Store, StoreError};
 pub const KEY_HEADER: &str = "x-agent-api-key";
 /// `last_used_at` is written at most this often per key, so reads do not turn into writes.
 const TOUCH_INTERVAL: Duration = Duration::from_secs(60);
+/// How often the keys used since are written ([`KeyCache::write_uses`]): one statement for all of them, so
+/// that requests spread over many keys do not cost the database a transaction per key.
+pub const TOUCH_WRITE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Why a presented key was refused.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +53,8 @@ pub struct KeyCache {
     ids: FastMap<String, CachedKey>,
     generation: AtomicU64,
     gate: CacheGate,
+    /// Keys used since their use was last written: each once, so at most as many as there are keys.
+    used: std::sync::Mutex<std::collections::HashSet<String, foldhash::fast::RandomState>>,
 }
 
 impl KeyCache {
@@ -61,6 +66,22 @@ impl KeyCache {
             ids: FastMap::default(),
             generation: AtomicU64::new(0),
             gate: CacheGate::default(),
+            used: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Writes the use of the keys used since the last call (run every [`TOUCH_WRITE_INTERVAL`], and at
+    /// shutdown); a failed write is logged and not retried (the next use of the key writes it again).
+    pub async fn write_uses(&self) {
+        let used: Vec<String> = {
+            let mut used = self.used.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if used.is_empty() {
+                return;
+            }
+            std::mem::take(&mut *used).into_iter().collect()
+        };
+        if let Err(error) = self.store.touch_keys(&used).await {
+            tracing::warn!(%error, keys = used.len(), "could not record key use");
         }
     }
 
@@ -115,13 +136,7 @@ impl KeyCache {
             return Err(KeyError::Unauthenticated);
         }
         if touch {
-            let store = self.store.clone();
-            let id = record.id.clone();
-            tokio::spawn(async move {
-                if let Err(error) = store.touch_key(&id).await {
-                    tracing::warn!(%error, "could not record key use");
-                }
-            });
+            self.used.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(record.id.clone());
         }
         Ok(record)
     }
