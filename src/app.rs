@@ -125,8 +125,19 @@ impl Application {
             config.limits.max_renders_per_agent,
             config.limits.max_renders,
         ));
+        // Without `http.public_url`, the bound address: fit for local use only.
+        let public_url = config.http.public_url.clone().unwrap_or_else(|| {
+            let scheme = if config.tls.enabled() { "https" } else { "http" };
+            format!("{scheme}://{address}")
+        });
+        let oauth = Arc::new(crate::oauth::OAuth::new(&config.oauth, &public_url, store.clone()));
+        // After the hub: its cache of granted subjects is nothing streams read.
+        bus.add_hook(oauth.clone());
+        // `oauth.mode = "builtin"`: the built-in authorization server hands its tokens over here with
+        // `oauth.set_builtin(...)`.
         let state = AppState::new(Shared {
             renders,
+            oauth,
             config: Arc::new(config),
             store,
             bus,

@@ -42,6 +42,7 @@ pub struct Config {
     pub rate_limits: RateLimitsConfig,
     pub log: LogConfig,
     pub telemetry: TelemetryConfig,
+    pub oauth: crate::oauth::config::OAuthConfig,
 }
 
 impl Default for Config {
@@ -64,6 +65,7 @@ impl Default for Config {
             rate_limits: RateLimitsConfig::default(),
             log: LogConfig::default(),
             telemetry: TelemetryConfig::default(),
+            oauth: crate::oauth::config::OAuthConfig::default(),
         }
     }
 }
@@ -118,6 +120,11 @@ pub struct HttpConfig {
     /// Connections one client address may keep open at once on each listener; a peer in
     /// `rate_limits.trusted_proxies` is not capped (its clients are many). 0: no cap.
     pub max_connections_per_address: u32,
+    /// The origin clients reach `listen` at (`https://mcp.example.com`, behind a proxy or not): an agent's
+    /// canonical MCP URL, the audience its access tokens must name, is `{public_url}/{agent_id}/mcp`. Unset:
+    /// `http://` (`https://` with `[tls]`) and the bound address, fit for local use only. Never taken from
+    /// a request's `Host`.
+    pub public_url: Option<String>,
 }
 
 impl Default for HttpConfig {
@@ -131,6 +138,7 @@ impl Default for HttpConfig {
             idle_timeout_ms: 75_000,
             max_connections: 16_384,
             max_connections_per_address: 512,
+            public_url: None,
         }
     }
 }
@@ -906,8 +914,24 @@ impl Config {
             return Err(ConfigError::Invalid { key: "log.level", message: "must not be empty".to_owned() });
         }
         self.telemetry.validate()?;
+        if let Some(url) = &self.http.public_url
+            && !is_origin_url(url)
+        {
+            return Err(ConfigError::Invalid {
+                key: "http.public_url",
+                message: format!("{url:?} is not an http:// or https:// origin (scheme, host, optional port; no path)"),
+            });
+        }
+        self.oauth.validate()?;
         Ok(())
     }
+}
+
+/// `http[s]://host[:port]`, with at most a trailing `/`.
+fn is_origin_url(text: &str) -> bool {
+    crate::oauth::config::is_http_url(text)
+        && text.parse::<axum::http::Uri>().is_ok_and(|uri| uri.path() == "/" && uri.query().is_none())
+        && !text.contains('@')
 }
 
 #[cfg(test)]
@@ -928,6 +952,21 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         Config::default().validate().expect("defaults validate");
+    }
+
+    #[test]
+    fn public_url_is_an_origin() {
+        for url in ["https://mcp.example.com", "http://127.0.0.1:8080/", "https://h.example:8443"] {
+            let mut config = Config::default();
+            config.http.public_url = Some(url.to_owned());
+            config.validate().unwrap_or_else(|error| panic!("{url}: {error}"));
+        }
+        for url in ["mcp.example.com", "ftp://h", "https://h/prefix", "https://h?q=1", "https://u@h", "https://h#f"] {
+            let mut config = Config::default();
+            config.http.public_url = Some(url.to_owned());
+            let error = config.validate().expect_err(url);
+            assert!(error.to_string().contains("http.public_url"), "{error}");
+        }
     }
 
     #[test]

@@ -15,8 +15,6 @@ use crate::store::StoreError;
 
 /// The media type of every error answer.
 pub const PROBLEM_JSON: &str = "application/problem+json";
-/// What 401 answers carry, on the admin API and on the MCP endpoint.
-pub const WWW_AUTHENTICATE: &str = r#"Bearer realm="hivegate""#;
 
 /// Why an admin request failed; the `String` is the `detail` shown to the caller.
 #[derive(Debug, thiserror::Error)]
@@ -180,7 +178,9 @@ impl IntoResponse for ApiError {
             (status, [(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON))], body).into_response();
         match status {
             StatusCode::UNAUTHORIZED => {
-                response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(WWW_AUTHENTICATE));
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(crate::http::auth::CHALLENGE));
             }
             StatusCode::SERVICE_UNAVAILABLE => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -242,7 +242,7 @@ mod tests {
         let response = ApiError::Unauthorized("no credentials".to_owned()).into_response();
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
-        assert_eq!(response.headers()[header::WWW_AUTHENTICATE], WWW_AUTHENTICATE);
+        assert_eq!(response.headers()[header::WWW_AUTHENTICATE], crate::http::auth::CHALLENGE);
         let body = body_of(response).await;
         assert_eq!(
             body,

@@ -14,6 +14,8 @@
 //! - [`tls`]: native TLS on the public listener; certificates reloaded when their files change.
 //! - [`admin`]: the REST admin API under `/admin/v1` and its OpenAPI document.
 //! - [`mcp`]: the MCP endpoint `/{agent_id}/mcp`, both protocol eras; its module doc follows one request.
+//! - [`oauth`]: OAuth 2.1 on the MCP endpoint: metadata documents, access tokens (built-in or external
+//!   authorization server) resolved to the key each acts as.
 //! - [`guard`]: rate limits per key, agent and admin credential; failed authentications per client address.
 //! - [`registry`]: what the registry looks like from outside: pagination cursors, per-agent caches.
 //! - [`domain`]: identifiers, keys and records that are valid once they exist.
@@ -64,6 +66,8 @@ pub mod http;
 pub mod mcp;
 /// Metric names in one place, and `GET /metrics`.
 pub mod metrics;
+/// OAuth 2.1 for MCP clients: hivegate as a protected resource, access tokens resolved to the keys they act as.
+pub mod oauth;
 /// Registry views shared by the admin API and the MCP endpoint.
 pub mod registry;
 /// Shared handler state.

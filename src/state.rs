@@ -44,6 +44,8 @@ pub struct Shared {
     /// Presented key digest → stored key, invalidated through the bus.
     pub keys: Arc<KeyCache>,
     pub operator: Arc<OperatorToken>,
+    /// Access tokens on the MCP endpoint, the agents' metadata documents ([`crate::oauth`]).
+    pub oauth: Arc<crate::oauth::OAuth>,
     /// Signs and checks pagination cursors with the key every replica shares.
     pub cursors: Arc<CursorCodec>,
     pub hasher: KeyHasher,

@@ -26,6 +26,8 @@ pub mod batch;
 pub mod extract;
 /// `/agents/{agent_id}/keys`: create, list, merge-patch, revoke.
 pub mod keys;
+/// `/agents/{agent_id}/oauth-subjects`: subjects of the external authorization server granted as keys.
+pub mod oauth_subjects;
 /// `GET /openapi.json`: the generated OpenAPI 3.1 document.
 pub mod openapi;
 /// `?limit=&cursor=` and the `{"items", "nextCursor"}` page.
@@ -49,6 +51,11 @@ pub fn router() -> Router<AppState> {
         .route("/agents/{agent_id}", get(agents::get).patch(agents::patch).delete(agents::delete))
         .route("/agents/{agent_id}/keys", post(keys::create).get(keys::list))
         .route("/agents/{agent_id}/keys/{key_id}", delete(keys::revoke).patch(keys::patch))
+        .route("/agents/{agent_id}/oauth-subjects", get(oauth_subjects::list))
+        .route(
+            "/agents/{agent_id}/oauth-subjects/{subject}",
+            put(oauth_subjects::put).get(oauth_subjects::get).delete(oauth_subjects::delete),
+        )
         .route("/agents/{agent_id}/resources", put(resources::put).get(resources::list).delete(resources::delete))
         .route("/agents/{agent_id}/resources/content", get(resources::content))
         .route("/agents/{agent_id}/resources/batch", post(batch::batch))

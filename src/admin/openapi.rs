@@ -10,7 +10,7 @@ use axum::response::IntoResponse;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{agents, audit, batch, keys, prompts, resources, templates};
+use super::{agents, audit, batch, keys, oauth_subjects, prompts, resources, templates};
 use crate::error::Problem;
 
 #[derive(OpenApi)]
@@ -26,6 +26,7 @@ use crate::error::Problem;
     paths(
         agents::create, agents::list, agents::get, agents::patch, agents::delete,
         keys::create, keys::list, keys::patch, keys::revoke,
+        oauth_subjects::put, oauth_subjects::list, oauth_subjects::get, oauth_subjects::delete,
         resources::put, resources::list, resources::content, resources::delete, batch::batch,
         templates::put, templates::list, templates::delete,
         prompts::put, prompts::list, prompts::get, prompts::delete,
@@ -38,6 +39,7 @@ use crate::error::Problem;
     tags(
         (name = "agents", description = "Agents (operator only)"),
         (name = "keys", description = "An agent's API keys (operator only)"),
+        (name = "oauth subjects", description = "Subjects of the external authorization server granted on an agent, each as one of its keys (operator only)"),
         (name = "resources", description = "An agent's resources (operator, or the agent's `registry` key)"),
         (name = "resource templates", description = "An agent's RFC 6570 resource templates"),
         (name = "prompts", description = "An agent's prompts, with MiniJinja message templates"),
@@ -143,6 +145,8 @@ impl Modify for ParameterConstraints {
                 "name" => Some(string.pattern(Some(PROMPT_NAME)).build()),
                 "uri" => Some(string.pattern(Some(ABSOLUTE_URI)).max_length(Some(2048)).build()),
                 "uriTemplate" => Some(string.min_length(Some(1)).build()),
+                // A granted subject: no control character (its size limit is configuration: 413).
+                "subject" => Some(string.pattern(Some(r"^[^\u0000-\u001f\u007f-\u009f]+$")).build()),
                 // The audit filters: empty is the same as absent.
                 "agent" => Some(string.pattern(Some(format!("^$|{AGENT_ID}"))).build()),
                 "since" | "until" => Some(string.pattern(Some(format!("^$|{RFC3339}"))).build()),

@@ -20,6 +20,8 @@ pub mod prompt;
 pub mod render;
 /// Legacy Streamable HTTP sessions: the id a client holds, its stored digest, the record.
 pub mod session;
+/// Subject grants of an external authorization server: (issuer, `sub`) → a key of an agent.
+pub mod subject;
 /// Time as the store keeps it: microseconds since the Unix epoch, shown as RFC 3339.
 pub mod time;
 /// RFC 6570 URI templates: parsing, levels, the operator table.

@@ -49,6 +49,8 @@ pub struct KeyCache {
     store: Arc<dyn Store>,
     hasher: KeyHasher,
     entries: FastMap<KeyDigest, CachedKey>,
+    /// The same keys by id, for access tokens ([`KeyCache::by_id`]); only stored keys are ever entered.
+    ids: FastMap<String, CachedKey>,
     generation: AtomicU64,
     gate: CacheGate,
     /// Keys used since their use was last written: each once, so at most as many as there are keys.
@@ -61,6 +63,7 @@ impl KeyCache {
             store,
             hasher,
             entries: FastMap::default(),
+            ids: FastMap::default(),
             generation: AtomicU64::new(0),
             gate: CacheGate::default(),
             used: std::sync::Mutex::default(),
@@ -82,20 +85,30 @@ impl KeyCache {
         }
     }
 
-    /// The key in `headers` (`X-Agent-API-Key`, else `Authorization: Bearer`), if any.
-    pub fn presented(headers: &HeaderMap) -> Option<&str> {
-        if let Some(value) = headers.get(KEY_HEADER) {
-            return value.to_str().ok().map(str::trim);
-        }
-        bearer(headers)
-    }
-
     /// The stored key for a presented one, if it is usable now.
     pub async fn authenticate(&self, presented: Option<&str>) -> Result<Arc<KeyRecord>, KeyError> {
         let key = presented.and_then(ApiKey::parse).ok_or(KeyError::Unauthenticated)?;
         let digest = self.hasher.digest(key.expose());
+        let hex = digest.to_hex();
+        self.usable(&self.entries, digest, self.store.find_key(&hex)).await
+    }
+
+    /// The key with this id, if it is usable now: how an access token reaches the key it was granted with
+    /// ([`crate::oauth`]). Cached and dropped by the same bus messages as presented keys, so a revocation
+    /// on any replica refuses the token here at once.
+    pub async fn by_id(&self, id: &str) -> Result<Arc<KeyRecord>, KeyError> {
+        self.usable(&self.ids, id.to_owned(), self.store.find_key_by_id(id)).await
+    }
+
+    /// The key under `lookup` in `map`, else from `fetch` (cached when no invalidation raced the read).
+    async fn usable<K: Eq + std::hash::Hash>(
+        &self,
+        map: &FastMap<K, CachedKey>,
+        lookup: K,
+        fetch: impl Future<Output = Result<Option<KeyRecord>, StoreError>>,
+    ) -> Result<Arc<KeyRecord>, KeyError> {
         let now = Timestamp::now();
-        let cached = self.entries.get_mut(&digest).map(|mut entry| {
+        let cached = map.get_mut(&lookup).map(|mut entry| {
             let due = entry.touched.elapsed() >= TOUCH_INTERVAL;
             if due {
                 entry.touched = Instant::now();
@@ -106,11 +119,11 @@ impl KeyCache {
             Some(hit) => hit,
             None => {
                 let generation = self.generation.load(Ordering::Acquire);
-                let record = Arc::new(self.store.find_key(&digest.to_hex()).await?.ok_or(KeyError::Unauthenticated)?);
+                let record = Arc::new(fetch.await?.ok_or(KeyError::Unauthenticated)?);
                 // The generation is compared while the entry's shard is locked: a `forget` that began
                 // after the database read has bumped it (and we skip), or it takes the shard lock after
                 // us and its `retain` removes what we insert.
-                if let dashmap::Entry::Vacant(slot) = self.entries.entry(digest)
+                if let dashmap::Entry::Vacant(slot) = map.entry(lookup)
                     && self.generation.load(Ordering::Acquire) == generation
                     && self.gate.is_open()
                 {
@@ -131,6 +144,7 @@ impl KeyCache {
     fn forget(&self, keep: impl Fn(&KeyRecord) -> bool) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.entries.retain(|_, entry| keep(&entry.record));
+        self.ids.retain(|_, entry| keep(&entry.record));
     }
 }
 
@@ -155,6 +169,44 @@ impl BusHook for KeyCache {
             | BusMessage::Unsubscribed { .. }
             | BusMessage::StreamOpened { .. } => {}
         }
+    }
+}
+
+/// What every 401 without OAuth carries, on the admin API and on the MCP endpoint.
+pub const CHALLENGE: &str = r#"Bearer realm="hivegate""#;
+
+/// A `WWW-Authenticate: Bearer` challenge (RFC 6750 §3): the one place it is spelled. With OAuth on, the MCP
+/// endpoint adds the agent's metadata document (RFC 9728 §5.1), the scope it needs and the error code.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Challenge<'a> {
+    /// The URL of the protected resource metadata document.
+    pub resource_metadata: Option<&'a str>,
+    /// `scope`: the scopes the request needs.
+    pub scope: Option<&'static str>,
+    /// `error`: `invalid_token`, `insufficient_scope` or `invalid_request`.
+    pub error: Option<&'static str>,
+    /// `error_description`, for a person.
+    pub description: Option<&'a str>,
+}
+
+impl Challenge<'_> {
+    /// The header value. Quotes, backslashes and control characters in the parameters are dropped rather
+    /// than escaped; a value that still cannot be a header field falls back to [`CHALLENGE`].
+    pub fn header(&self) -> axum::http::HeaderValue {
+        let mut text = String::from(CHALLENGE);
+        let parameters = [
+            ("resource_metadata", self.resource_metadata),
+            ("scope", self.scope),
+            ("error", self.error),
+            ("error_description", self.description),
+        ];
+        for (name, value) in parameters {
+            if let Some(value) = value {
+                let value: String = value.chars().filter(|c| !matches!(c, '"' | '\\') && !c.is_control()).collect();
+                text.push_str(&format!(", {name}=\"{value}\""));
+            }
+        }
+        axum::http::HeaderValue::from_str(&text).unwrap_or_else(|_| axum::http::HeaderValue::from_static(CHALLENGE))
     }
 }
 
@@ -220,4 +272,28 @@ impl OperatorToken {
 /// Whether `record` belongs to `agent`.
 pub fn is_key_of(record: &KeyRecord, agent: &AgentId) -> bool {
     &record.agent_id == agent
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_challenge_is_spelled_once() {
+        assert_eq!(Challenge::default().header(), CHALLENGE);
+        let full = Challenge {
+            resource_metadata: Some("https://h/.well-known/oauth-protected-resource/a/mcp"),
+            scope: Some("mcp"),
+            error: Some("invalid_token"),
+            description: Some("a \"quoted\" \\ reason"),
+        };
+        assert_eq!(
+            full.header(),
+            "Bearer realm=\"hivegate\", resource_metadata=\"https://h/.well-known/oauth-protected-resource/a/mcp\", \
+             scope=\"mcp\", error=\"invalid_token\", error_description=\"a quoted  reason\""
+        );
+        // Control characters, which a header value cannot hold, are dropped.
+        let broken = Challenge { description: Some("line\nbreak"), ..Challenge::default() };
+        assert_eq!(broken.header(), "Bearer realm=\"hivegate\", error_description=\"linebreak\"");
+    }
 }

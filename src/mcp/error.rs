@@ -34,8 +34,7 @@ pub mod code {
     pub const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
 }
 
-/// `realm` of the `WWW-Authenticate` challenge on 401.
-const CHALLENGE: &str = "Bearer realm=\"hivegate\"";
+use crate::http::auth::CHALLENGE;
 /// Seconds a client should wait before retrying while the database is unreachable.
 const UNAVAILABLE_RETRY_AFTER_SECS: &str = "1";
 
@@ -49,6 +48,13 @@ pub enum McpError {
     /// with a message that says what to present instead.
     #[error("the operator token is not an agent key: MCP requests need a key of the agent with scope mcp")]
     OperatorToken,
+    /// An access token that is not valid here (OAuth): 401, `error="invalid_token"` in the challenge.
+    #[error("invalid access token: {0}")]
+    InvalidToken(String),
+    /// A valid access token that may not use this agent (its scope, its subject): 403,
+    /// `error="insufficient_scope"` in the challenge.
+    #[error("Forbidden: {0}")]
+    InsufficientScope(String),
     #[error("agent not found")]
     UnknownAgent,
     #[error("Forbidden: {0}")]
@@ -145,8 +151,12 @@ impl McpError {
     /// The single mapping from failure to HTTP status and JSON-RPC code.
     pub fn status_and_code(&self) -> (StatusCode, i32) {
         match self {
-            McpError::OriginNotAllowed(_) | McpError::Forbidden(_) => (StatusCode::FORBIDDEN, code::FORBIDDEN),
-            McpError::Unauthenticated | McpError::OperatorToken => (StatusCode::UNAUTHORIZED, code::UNAUTHENTICATED),
+            McpError::OriginNotAllowed(_) | McpError::Forbidden(_) | McpError::InsufficientScope(_) => {
+                (StatusCode::FORBIDDEN, code::FORBIDDEN)
+            }
+            McpError::Unauthenticated | McpError::OperatorToken | McpError::InvalidToken(_) => {
+                (StatusCode::UNAUTHORIZED, code::UNAUTHENTICATED)
+            }
             McpError::UnknownAgent => (StatusCode::NOT_FOUND, code::UNKNOWN_AGENT),
             McpError::RateLimited { .. } | McpError::LockedOut { .. } => {
                 (StatusCode::TOO_MANY_REQUESTS, code::RATE_LIMITED)
@@ -245,7 +255,7 @@ impl McpError {
         }
         let headers = response.headers_mut();
         match &self {
-            McpError::Unauthenticated | McpError::OperatorToken => {
+            McpError::Unauthenticated | McpError::OperatorToken | McpError::InvalidToken(_) => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(CHALLENGE));
             }
             McpError::Unavailable | McpError::ShuttingDown | McpError::AuditOverloaded => {

@@ -39,8 +39,9 @@ use crate::domain::model::{Agent, KeyRecord};
 use crate::domain::session::Session;
 use crate::domain::{AgentId, Scope};
 use crate::guard::RateLimitSlot;
-use crate::http::auth::{KeyCache, KeyError, is_key_of};
+use crate::http::auth::{Challenge, is_key_of};
 use crate::metrics::Refused;
+use crate::oauth::{self, AuthError, Authenticated, Presented};
 use crate::state::AppState;
 
 /// A request that passed the gate: the agent it is for, and the key it came with (never logged).
@@ -59,15 +60,20 @@ impl Admitted {
 }
 
 /// A request refused before its body was read, and its trail when it is refused after the key and the agent
-/// are known (another agent's key, no scope `mcp`, the rate limit): such a refusal is audited.
+/// are known (another agent's key, no scope `mcp`, the rate limit): such a refusal is audited. With OAuth on
+/// for the agent, an authentication refusal carries the OAuth challenge instead of the plain one.
 pub(super) struct Refusal {
     error: McpError,
     trail: Option<Trail>,
+    challenge: Option<HeaderValue>,
 }
 
 impl Refusal {
     pub(super) fn into_http(self) -> Response {
-        let response = self.error.into_http(None);
+        let mut response = self.error.into_http(None);
+        if let Some(challenge) = self.challenge {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
+        }
         match self.trail {
             Some(trail) => trail.attach(response),
             None => response,
@@ -77,16 +83,21 @@ impl Refusal {
 
 impl From<McpError> for Refusal {
     fn from(error: McpError) -> Self {
-        Self { error, trail: None }
+        Self { error, trail: None, challenge: None }
     }
 }
 
-/// Every request to `/{agent_id}/mcp`: the failed-authentication guard and the `RateLimit*` fields
+/// Every request to `/{agent_id}/mcp`: CORS ([`crate::http::cors`]: a preflight is answered here) around the
+/// failed-authentication guard and the `RateLimit*` fields
 /// ([`crate::guard::mcp_gate`]) around the audit ([`super::audit::record`]) around the method's handler:
 /// [`post`], [`super::standalone::get`] (`HEAD` too) and [`super::standalone::delete`]; any other method is
 /// 405.
 pub async fn endpoint(State(state): State<AppState>, request: Request) -> Response {
-    crate::guard::mcp_gate(&state, request, |request| {
+    let cors = crate::http::cors::Cors::of(&state, &request);
+    if let Some(preflight) = cors.preflight() {
+        return preflight;
+    }
+    let response = crate::guard::mcp_gate(&state, request, |request| {
         super::audit::record(&state, request, |request| async {
             let (mut parts, body) = request.into_parts();
             let path = Path::<String>::from_request_parts(&mut parts, &state).await;
@@ -100,7 +111,8 @@ pub async fn endpoint(State(state): State<AppState>, request: Request) -> Respon
             }
         })
     })
-    .await
+    .await;
+    cors.finish(response)
 }
 
 /// `POST /{agent_id}/mcp`: one JSON-RPC message, or a batch where 2025-03-26 allows it.
@@ -175,19 +187,51 @@ pub(super) async fn admit(
 ) -> Result<Admitted, Refusal> {
     let headers = &parts.headers;
     origin::check(headers, &parts.uri, &state.config.mcp)?;
-    let presented = KeyCache::presented(headers);
-    let key = state.keys.authenticate(presented).await.map_err(|error| match error {
-        KeyError::Unauthenticated if presented.is_some_and(|token| state.operator.is_valid(token)) => {
-            McpError::OperatorToken
+    // The path's agent as far as its syntax goes (whether it exists is checked after the credential): an
+    // access token must be for it, and its metadata document is named in the challenge.
+    let path_agent = path.ok().and_then(|Path(id)| AgentId::parse(&id).ok());
+    let oauth = path_agent.as_ref().filter(|agent| state.oauth.is_on_for(agent.as_str()));
+    // The OAuth challenge for a refusal with this error code (none while OAuth is off for the agent).
+    let challenge = |error: Option<&'static str>, description: Option<&str>| {
+        oauth.map(|agent| {
+            let url = state.oauth.metadata_url(agent.as_str());
+            Challenge { resource_metadata: Some(&url), scope: Some(oauth::SCOPE), error, description }.header()
+        })
+    };
+    let authenticated = state.oauth.authenticate(&state.keys, headers, path_agent.as_ref()).await;
+    if matches!(Presented::of(headers, oauth.is_some()), Presented::Token(_)) {
+        let outcome = match &authenticated {
+            Ok(_) => "accepted",
+            Err(AuthError::Forbidden(_)) => "forbidden",
+            Err(AuthError::Unavailable(_)) => "unavailable",
+            Err(_) => "invalid",
+        };
+        state.metrics.oauth_tokens.get_or_create(&crate::metrics::OutcomeLabels { outcome }).inc();
+    }
+    let Authenticated { key, is_token } = match authenticated {
+        Ok(authenticated) => authenticated,
+        Err(error) => {
+            let presented = Presented::of(headers, oauth.is_some()).text();
+            let (error, code) = match error {
+                _ if presented.is_some_and(|token| state.operator.is_valid(token)) => {
+                    (McpError::OperatorToken, Some("invalid_token"))
+                }
+                AuthError::Missing => (McpError::Unauthenticated, None),
+                AuthError::Key => (McpError::Unauthenticated, Some("invalid_token")),
+                AuthError::Token(why) => (McpError::InvalidToken(why), Some("invalid_token")),
+                AuthError::Forbidden(why) => (McpError::InsufficientScope(why), Some("insufficient_scope")),
+                AuthError::Unavailable(why) => {
+                    tracing::warn!(error = %why, "credential lookup failed");
+                    return Err(McpError::Unavailable.into());
+                }
+            };
+            let description = code.map(|_| error.to_string());
+            let challenge = challenge(code, description.as_deref());
+            return Err(Refusal { error, trail: None, challenge });
         }
-        KeyError::Unauthenticated => McpError::Unauthenticated,
-        KeyError::Store(error) => {
-            tracing::warn!(%error, "key lookup failed");
-            McpError::Unavailable
-        }
-    })?;
-    let agent_id = path.ok().and_then(|Path(id)| AgentId::parse(&id).ok()).ok_or(McpError::UnknownAgent)?;
-    let agent = match state.registry.agent(&agent_id).await {
+    };
+    let agent_id = path_agent.as_ref().ok_or(McpError::UnknownAgent)?;
+    let agent = match state.registry.agent(agent_id).await {
         Ok(Some(agent)) => agent,
         Ok(None) => return Err(McpError::UnknownAgent.into()),
         Err(error) => {
@@ -199,6 +243,7 @@ pub(super) async fn admit(
     // From here on the refusal belongs to the agent's log: the path's agent, and for another agent's key the
     // key's own agent as the target.
     let refused = |error: McpError, target: &str| Refusal {
+        challenge: None,
         error,
         trail: Some(Trail::of(&agent, &key, headers, method, target)),
     };
@@ -207,7 +252,10 @@ pub(super) async fn admit(
         return Err(refused(McpError::Forbidden("the key belongs to another agent"), &target));
     }
     if !key.has_scope(Scope::Mcp) {
-        return Err(refused(McpError::Forbidden("the key does not have scope mcp"), ""));
+        let error = McpError::Forbidden("the key does not have scope mcp");
+        let description = error.to_string();
+        let challenge = if is_token { challenge(Some("insufficient_scope"), Some(&description)) } else { None };
+        return Err(Refusal { challenge, ..refused(error, "") });
     }
     let slot = parts.extensions.get::<RateLimitSlot>();
     if let Err((error, _)) = rate_limit(state, slot, &key, &agent).await {

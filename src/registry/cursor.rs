@@ -29,6 +29,7 @@ pub enum ListKind {
     Templates,
     Prompts,
     Audit,
+    OauthSubjects,
 }
 
 impl ListKind {
@@ -40,6 +41,7 @@ impl ListKind {
             ListKind::Templates => 4,
             ListKind::Prompts => 5,
             ListKind::Audit => 6,
+            ListKind::OauthSubjects => 7,
         }
     }
 }

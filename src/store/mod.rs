@@ -12,6 +12,7 @@ use crate::domain::model::{
     NewAgent, NewKey, NewPrompt, NewResource, NewResourceTemplate, Prompt, Resource, ResourceTemplate,
 };
 use crate::domain::session::{Pruned, Session, SessionDigest};
+use crate::domain::subject::SubjectGrant;
 use crate::domain::time::Timestamp;
 use crate::domain::{AgentId, PromptName, ResourceUri};
 
@@ -26,6 +27,8 @@ mod rows;
 mod sql;
 /// The SQLite implementation (embedded, one replica).
 pub mod sqlite;
+pub use sql::subjects::subject_sort_key;
+
 /// One story run against both backends.
 #[cfg(test)]
 mod tests;
@@ -176,6 +179,37 @@ pub trait Store: Send + Sync + 'static {
         actor: &Actor,
     ) -> StoreResult<KeyRecord>;
     async fn find_key(&self, digest_hex: &str) -> StoreResult<Option<KeyRecord>>;
+    /// The key with this id, whatever its state: the key an access token was granted with.
+    async fn find_key_by_id(&self, key_id: &str) -> StoreResult<Option<KeyRecord>>;
+
+    /// Grants `grant.subject` of `grant.issuer` on its agent as `grant.key_id`, a usable key of that agent
+    /// (`Invalid` otherwise), replacing the subject's grant; a new one beyond `max_per_agent` is `TooMany`.
+    async fn put_oauth_subject(
+        &self,
+        grant: &SubjectGrant,
+        max_per_agent: u64,
+        actor: &Actor,
+    ) -> StoreResult<Upserted<SubjectGrant>>;
+    /// An agent's subject grants by issuer and subject; `after` is [`subject_sort_key`].
+    async fn list_oauth_subjects(
+        &self,
+        agent: &AgentId,
+        after: After<'_>,
+        limit: u32,
+    ) -> StoreResult<Vec<SubjectGrant>>;
+    async fn get_oauth_subject(
+        &self,
+        agent: &AgentId,
+        issuer: &str,
+        subject: &str,
+    ) -> StoreResult<Option<SubjectGrant>>;
+    async fn delete_oauth_subject(
+        &self,
+        agent: &AgentId,
+        issuer: &str,
+        subject: &str,
+        actor: &Actor,
+    ) -> StoreResult<()>;
     /// Records use of keys now: one statement per thousand keys, however many (callers gather the keys used
     /// on a replica and write them every few seconds, each at most once a minute).
     async fn touch_keys(&self, key_ids: &[String]) -> StoreResult<()>;

@@ -19,6 +19,8 @@ use crate::domain::model::{AuditRecord, RateLimit, RateLimitPatch, Resource};
 pub(super) mod methods;
 /// Sessions, subscriptions, the event head and retention: inherent methods the `impl Store` block delegates to.
 pub(super) mod sessions;
+/// The SQL of subject grants of an external authorization server.
+pub(super) mod subjects;
 
 /// The most records one audit segment holds: a listing or a chain walk decodes a segment whole, and a
 /// chain page finds the segment holding a position by looking this far back.
@@ -353,6 +355,7 @@ macro_rules! impl_store {
                 ResourceTemplate,
             };
             use $crate::domain::session::{Pruned, Session, SessionDigest};
+            use $crate::domain::subject::SubjectGrant;
             use $crate::domain::time::Timestamp;
             use $crate::domain::{AgentId, PromptName, ResourceUri};
             use $crate::events::BusMessage;
@@ -362,6 +365,7 @@ macro_rules! impl_store {
                 to_i64,
             };
             use $crate::store::sql::sessions::{PRUNE_BATCH, SessionRow};
+            use $crate::store::sql::subjects::{SubjectRow, subject_columns};
             use $crate::store::sql::{
                 AUDIT_SEGMENT_RECORDS, AUDIT_SEGMENT_SPAN, AUDIT_SEGMENTS_PER_INSERT, Change, KEYS_PER_TOUCH,
                 agent_columns, chain_audit_segments, key_columns, merged_rate_limit, prefix_upper_bound,
@@ -719,6 +723,7 @@ macro_rules! impl_store {
             }
 
             $crate::store::sql::sessions::impl_session_sql!($store, $db);
+            $crate::store::sql::subjects::impl_subject_sql!($store, $db);
             $crate::store::sql::methods::impl_store_methods!($store, $db, $backend);
         };
     };

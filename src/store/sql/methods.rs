@@ -812,6 +812,58 @@ macro_rules! impl_store_methods {
                     .transpose()
             }
 
+            #[tracing::instrument(skip_all, fields(key = key_id))]
+            async fn find_key_by_id(&self, key_id: &str) -> StoreResult<Option<KeyRecord>> {
+                sqlx::query_as::<$db, KeyRow>(concat!("select ", key_columns!(), " from api_key where api_key_id = $1"))
+                    .bind(key_id)
+                    .fetch_optional(self.reader())
+                    .await
+                    .map_err(Self::error)?
+                    .map(KeyRow::into_key)
+                    .transpose()
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %grant.agent_id))]
+            async fn put_oauth_subject(
+                &self,
+                grant: &SubjectGrant,
+                max_per_agent: u64,
+                actor: &Actor,
+            ) -> StoreResult<Upserted<SubjectGrant>> {
+                self.sql_put_subject(grant, max_per_agent, actor).await
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent))]
+            async fn list_oauth_subjects(
+                &self,
+                agent: &AgentId,
+                after: After<'_>,
+                limit: u32,
+            ) -> StoreResult<Vec<SubjectGrant>> {
+                self.sql_list_subjects(agent, after, limit).await
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent))]
+            async fn get_oauth_subject(
+                &self,
+                agent: &AgentId,
+                issuer: &str,
+                subject: &str,
+            ) -> StoreResult<Option<SubjectGrant>> {
+                self.sql_get_subject(agent, issuer, subject).await
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent))]
+            async fn delete_oauth_subject(
+                &self,
+                agent: &AgentId,
+                issuer: &str,
+                subject: &str,
+                actor: &Actor,
+            ) -> StoreResult<()> {
+                self.sql_delete_subject(agent, issuer, subject, actor).await
+            }
+
             #[tracing::instrument(skip_all, fields(keys = key_ids.len()))]
             async fn touch_keys(&self, key_ids: &[String]) -> StoreResult<()> {
                 // Use is not an edit: `updated_at` stays, and no audit row is written.
