@@ -1,7 +1,7 @@
 //! CORS on the MCP endpoint and the OAuth endpoints, for browser-based MCP clients.
 //!
-//! An origin the MCP endpoint accepts ([`crate::mcp::origin`]: loopback origins and `mcp.allowed_origins`,
-//! where `*` allows any) gets CORS: a preflight (`OPTIONS` with `Access-Control-Request-Method`) is answered
+//! An origin in `mcp.allowed_origins` (where `*` allows any; loopback origins, which the MCP endpoint
+//! accepts without being listed, get no CORS unless listed) gets CORS: a preflight (`OPTIONS` with `Access-Control-Request-Method`) is answered
 //! 204 here, before any credential, rate limit or failed-authentication lockout is looked at, with the
 //! origin echoed and the header lists of the contract; an actual answer gets the origin echoed and
 //! [`EXPOSE_HEADERS`]. Any other origin gets no CORS field at all (its preflight is 403), so a browser keeps
@@ -40,7 +40,7 @@ impl Cors {
         let allowed = crate::mcp::origin::single_origin(headers)
             .ok()
             .flatten()
-            .filter(|origin| crate::mcp::origin::is_allowed_origin(origin, &state.config.mcp.allowed_origins))
+            .filter(|origin| crate::mcp::origin::is_listed_origin(origin, &state.config.mcp.allowed_origins))
             .and_then(|origin| HeaderValue::from_str(origin).ok());
         let is_preflight = request.method() == Method::OPTIONS
             && headers.contains_key(header::ORIGIN)

@@ -88,10 +88,9 @@ fn is_allowed_host(host: &str, allowed: &[String]) -> bool {
             .any(|entry| entry == "*" || entry.eq_ignore_ascii_case(host) || entry.eq_ignore_ascii_case(name))
 }
 
-/// Whether `origin` is a loopback origin or on `allowed`; CORS answers the same origins
-/// ([`crate::http::cors`]).
-pub(crate) fn is_allowed_origin(origin: &str, allowed: &[String]) -> bool {
-    if allowed.iter().any(|entry| entry == "*" || entry.trim_end_matches('/').eq_ignore_ascii_case(origin)) {
+/// Whether `origin` is a loopback origin or on `allowed`.
+fn is_allowed_origin(origin: &str, allowed: &[String]) -> bool {
+    if is_listed_origin(origin, allowed) {
         return true;
     }
     let Some((scheme, authority)) = origin.split_once("://") else {
@@ -99,6 +98,13 @@ pub(crate) fn is_allowed_origin(origin: &str, allowed: &[String]) -> bool {
     };
     let (name, _) = split_port(authority);
     matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") && !authority.contains('/') && is_loopback(name)
+}
+
+/// Whether `origin` is on `allowed` (`*` allows any): the origins CORS answers ([`crate::http::cors`]).
+/// Loopback origins the endpoint accepts without CORS, so that a page served from localhost cannot read
+/// answers unless its origin is listed.
+pub(crate) fn is_listed_origin(origin: &str, allowed: &[String]) -> bool {
+    allowed.iter().any(|entry| entry == "*" || entry.trim_end_matches('/').eq_ignore_ascii_case(origin))
 }
 
 /// `localhost`, any `127.x.y.z` and `[::1]` (with or without brackets).

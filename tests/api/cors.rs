@@ -101,6 +101,23 @@ async fn cors_for_allowed_origins_only(backend: Backend) {
     assert_eq!(response.status(), StatusCode::OK);
     assert_no_cors(&response);
 
+    // A loopback origin: the MCP endpoint serves it (it passes the origin check), but it is not listed, so a
+    // browser page from it gets no CORS and cannot read the answer.
+    let loopback = "http://localhost:5173";
+    let response = preflight(loopback, "/bot/mcp").send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert_no_cors(&response);
+    let response = app
+        .with_key(Method::POST, "/bot/mcp", &key)
+        .header("origin", loopback)
+        .header("accept", "application/json, text/event-stream")
+        .json(&initialize)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_no_cors(&response);
+
     // The refused origin's actual request: 403 from the origin check, and nothing for the browser.
     let response =
         app.with_key(Method::POST, "/bot/mcp", &key).header("origin", REFUSED).json(&initialize).send().await.unwrap();
