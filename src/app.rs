@@ -139,6 +139,7 @@ impl Application {
             bus,
             keys,
             operator: Arc::new(operator),
+            oauth_server: None,
             cursors: Arc::new(cursors),
             hasher,
             registry,
@@ -268,7 +269,7 @@ impl Application {
 }
 
 /// A background task that ends with its owner.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
