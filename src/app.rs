@@ -51,6 +51,8 @@ pub struct Application {
     _reclaimer: Reclaimer,
     /// Re-reads a stored operator token digest, so a rotation reaches this replica.
     _operator_refresh: AbortOnDrop,
+    /// Prunes the built-in authorization server's expired codes and tokens and idle clients, when it runs.
+    _oauth_pruner: Option<AbortOnDrop>,
     /// Writes MCP audit records; stopped (flushed) after the server drained.
     audit_task: AuditTask,
 }
@@ -129,8 +131,22 @@ impl Application {
             format!("{scheme}://{address}")
         });
         let oauth = Arc::new(crate::oauth::OAuth::new(&config.oauth, &public_url, store.clone()));
-        // `oauth.mode = "builtin"`: the built-in authorization server hands its tokens over here with
-        // `oauth.set_builtin(...)`.
+        // `oauth.mode = "builtin"`: the built-in authorization server, whose tokens the MCP endpoint takes.
+        let oauth_server = if config.oauth.mode == crate::oauth::config::Mode::Builtin {
+            let server = crate::oauth::server::BuiltinServer::start(
+                &config.oauth.builtin,
+                &public_url,
+                store.clone(),
+                hasher.clone(),
+            )
+            .await
+            .context("starting the built-in authorization server")?;
+            oauth.set_builtin(server.clone());
+            Some(server)
+        } else {
+            None
+        };
+        let oauth_pruner = oauth_server.as_ref().map(|server| server.start_pruning());
         let state = AppState::new(Shared {
             renders,
             oauth,
@@ -139,7 +155,7 @@ impl Application {
             bus,
             keys,
             operator: Arc::new(operator),
-            oauth_server: None,
+            oauth_server,
             cursors: Arc::new(cursors),
             hasher,
             registry,
@@ -170,6 +186,7 @@ impl Application {
             _pruner: pruner,
             _reclaimer: reclaimer,
             _operator_refresh: operator_refresh,
+            _oauth_pruner: oauth_pruner,
             audit_task,
         })
     }

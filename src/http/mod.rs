@@ -55,6 +55,9 @@ pub fn router(state: AppState) -> Router {
         &format!("{}/{{agent_id}}/mcp", crate::oauth::metadata::WELL_KNOWN),
         get(crate::oauth::metadata::document),
     );
+    if state.oauth_server.is_some() {
+        routes = routes.merge(crate::oauth::server::BuiltinServer::routes());
+    }
     let with_admin = http.public_admin || !separate_operator;
     if with_admin {
         routes = with_reference(routes.nest("/admin/v1", admin(&state, crate::guard::admin_gate)));

@@ -78,6 +78,8 @@ mod mcp_eras;
 mod mcp_methods;
 /// `GET /metrics` after known traffic.
 mod metrics;
+/// The built-in OAuth authorization server: registration, metadata documents, consent, codes, tokens.
+mod oauth_server;
 /// The OpenAPI document against the server, the landing page and the API reference.
 mod openapi;
 /// The operator endpoints on a listener of their own.
