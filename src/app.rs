@@ -131,6 +131,8 @@ impl Application {
             format!("{scheme}://{address}")
         });
         let oauth = Arc::new(crate::oauth::OAuth::new(&config.oauth, &public_url, store.clone()));
+        // After the hub: its cache of granted subjects is nothing streams read.
+        bus.add_hook(oauth.clone());
         // `oauth.mode = "builtin"`: the built-in authorization server, whose tokens the MCP endpoint takes.
         let oauth_server = if config.oauth.mode == crate::oauth::config::Mode::Builtin {
             let server = crate::oauth::server::BuiltinServer::start(

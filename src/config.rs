@@ -955,6 +955,21 @@ mod tests {
     }
 
     #[test]
+    fn public_url_is_an_origin() {
+        for url in ["https://mcp.example.com", "http://127.0.0.1:8080/", "https://h.example:8443"] {
+            let mut config = Config::default();
+            config.http.public_url = Some(url.to_owned());
+            config.validate().unwrap_or_else(|error| panic!("{url}: {error}"));
+        }
+        for url in ["mcp.example.com", "ftp://h", "https://h/prefix", "https://h?q=1", "https://u@h", "https://h#f"] {
+            let mut config = Config::default();
+            config.http.public_url = Some(url.to_owned());
+            let error = config.validate().expect_err(url);
+            assert!(error.to_string().contains("http.public_url"), "{error}");
+        }
+    }
+
+    #[test]
     fn live_update_settings_are_checked() {
         let mut config = Config::default();
         config.streams.queue_capacity = 0;

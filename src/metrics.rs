@@ -69,7 +69,7 @@ pub struct McpLabels {
     pub method: &'static str,
     /// `legacy` or `modern`.
     pub era: &'static str,
-    /// `ok` or `error`.
+    /// `ok` or `error` (TLS reloads); `accepted`, `invalid`, `forbidden` or `unavailable` (access tokens).
     pub outcome: &'static str,
 }
 
@@ -254,6 +254,8 @@ pub struct Metrics {
     pub notification_lag: Histogram,
     /// Changed TLS certificate files taken (`ok`) or refused (`error`).
     pub tls_reloads: Family<OutcomeLabels, Counter>,
+    /// Access tokens presented on the MCP endpoint, by outcome ([`crate::oauth`]).
+    pub oauth_tokens: Family<OutcomeLabels, Counter>,
     /// Connections open, by listener ([`crate::http::admission`]).
     pub connections_open: Family<ListenerLabels, Gauge>,
     /// Connections refused by a cap, by listener and cap.
@@ -293,6 +295,7 @@ impl Metrics {
             auth_lockouts: Counter::default(),
             notification_lag: latency_histogram(),
             tls_reloads: Family::default(),
+            oauth_tokens: Family::default(),
             connections_open: Family::default(),
             connections_refused: Family::default(),
             connections_timed_out: Family::default(),
@@ -342,6 +345,11 @@ impl Metrics {
                 "auth_lockouts",
                 "Client addresses locked out for failed authentications (rate_limits.failed_auth_attempts)",
                 metrics.auth_lockouts.clone(),
+            );
+            r.register(
+                "oauth_tokens",
+                "Access tokens presented on the MCP endpoint, by outcome (accepted, invalid, forbidden, unavailable)",
+                metrics.oauth_tokens.clone(),
             );
             r.register(
                 "notification_lag_seconds",

@@ -120,7 +120,9 @@ pub async fn list(
     security(("operator" = [])),
     responses((status = 200, description = "The grant", body = SubjectGrant),
                (status = 404, description = "No such agent or grant", body = Problem, content_type = "application/problem+json"),
-               (status = 409, description = "OAuth is not external", body = Problem, content_type = "application/problem+json")))]
+               (status = 409, description = "OAuth is not external", body = Problem, content_type = "application/problem+json"),
+               (status = 413, description = "The subject is longer than oauth.max_subject_bytes", body = Problem, content_type = "application/problem+json"),
+               (status = 422, description = "An empty subject, or one with a control character", body = Problem, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "admin.get_oauth_subject", skip_all, fields(agent = %access.agent.id))]
 pub async fn get(
     State(state): State<AppState>,
@@ -139,7 +141,10 @@ pub async fn get(
            ("issuer" = Option<String>, Query, description = "The issuer the grant was made under; default: oauth.issuer")),
     security(("operator" = [])),
     responses((status = 204, description = "Deleted"),
-               (status = 404, description = "No such agent or grant", body = Problem, content_type = "application/problem+json")))]
+               (status = 404, description = "No such agent or grant", body = Problem, content_type = "application/problem+json"),
+               (status = 409, description = "No issuer given and OAuth is not external", body = Problem, content_type = "application/problem+json"),
+               (status = 413, description = "The subject is longer than oauth.max_subject_bytes", body = Problem, content_type = "application/problem+json"),
+               (status = 422, description = "An empty subject, or one with a control character", body = Problem, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "admin.delete_oauth_subject", skip_all, fields(agent = %access.agent.id))]
 pub async fn delete(
     State(state): State<AppState>,

@@ -145,6 +145,8 @@ impl Modify for ParameterConstraints {
                 "name" => Some(string.pattern(Some(PROMPT_NAME)).build()),
                 "uri" => Some(string.pattern(Some(ABSOLUTE_URI)).max_length(Some(2048)).build()),
                 "uriTemplate" => Some(string.min_length(Some(1)).build()),
+                // A granted subject: no control character (its size limit is configuration: 413).
+                "subject" => Some(string.pattern(Some(r"^[^\u0000-\u001f\u007f-\u009f]+$")).build()),
                 // The audit filters: empty is the same as absent.
                 "agent" => Some(string.pattern(Some(format!("^$|{AGENT_ID}"))).build()),
                 "since" | "until" => Some(string.pattern(Some(format!("^$|{RFC3339}"))).build()),

@@ -64,14 +64,6 @@ impl KeyCache {
         }
     }
 
-    /// The key in `headers` (`X-Agent-API-Key`, else `Authorization: Bearer`), if any.
-    pub fn presented(headers: &HeaderMap) -> Option<&str> {
-        if let Some(value) = headers.get(KEY_HEADER) {
-            return value.to_str().ok().map(str::trim);
-        }
-        bearer(headers)
-    }
-
     /// The stored key for a presented one, if it is usable now.
     pub async fn authenticate(&self, presented: Option<&str>) -> Result<Arc<KeyRecord>, KeyError> {
         let key = presented.and_then(ApiKey::parse).ok_or(KeyError::Unauthenticated)?;

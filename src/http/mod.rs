@@ -27,6 +27,8 @@ pub mod admission;
 pub mod auth;
 /// One connection served by hyper, with its header-read and idle timeouts and its unread request bodies.
 pub mod connection;
+/// CORS on the MCP endpoint and the OAuth endpoints.
+pub mod cors;
 /// One pass over a JSON body before it is parsed: nesting depth and duplicate object keys.
 pub mod json_scan;
 /// Limits on the request itself (target, header fields, JSON nesting, time) and the answers of the layers
@@ -45,19 +47,8 @@ pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub fn router(state: AppState) -> Router {
     let http = &state.config.http;
     let separate_operator = http.operator_listen.is_some();
-    let mut routes = Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).route(
-        "/{agent_id}/mcp",
-        // One handler for every method, which runs the guard and the audit around the method's own: as
-        // layers, each would clone and box the services inside it on every request.
-        any(crate::mcp::transport::endpoint),
-    );
-    routes = routes.route(
-        &format!("{}/{{agent_id}}/mcp", crate::oauth::metadata::WELL_KNOWN),
-        get(crate::oauth::metadata::document),
-    );
-    if state.oauth_server.is_some() {
-        routes = routes.merge(crate::oauth::server::BuiltinServer::routes());
-    }
+    let mut routes =
+        Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).merge(with_cors(&state));
     let with_admin = http.public_admin || !separate_operator;
     if with_admin {
         routes = with_reference(routes.nest("/admin/v1", admin(&state, crate::guard::admin_gate)));
@@ -67,6 +58,29 @@ pub fn router(state: AppState) -> Router {
         routes = routes.route("/metrics", get(crate::metrics::handler));
     }
     with_layers(routes, state)
+}
+
+/// The routes browser clients reach, with CORS ([`cors`]): the MCP endpoint and the OAuth endpoints (the
+/// agents' metadata documents; the built-in authorization server's under `/oauth/` and
+/// `/.well-known/oauth-authorization-server` go here too).
+fn with_cors(state: &AppState) -> Router<AppState> {
+    let mut oauth = Router::new().route(
+        &format!("{}/{{agent_id}}/mcp", crate::oauth::metadata::WELL_KNOWN),
+        get(crate::oauth::metadata::document),
+    );
+    if state.oauth_server.is_some() {
+        // The built-in authorization server's metadata and endpoints (`oauth.mode = "builtin"`).
+        oauth = oauth.merge(crate::oauth::server::BuiltinServer::routes());
+    }
+    let oauth = oauth.route_layer(axum::middleware::from_fn_with_state(state.clone(), cors::layer));
+    Router::new()
+        .route(
+            "/{agent_id}/mcp",
+            // One handler for every method, which runs CORS, the guard and the audit around the method's own:
+            // as layers, each would clone and box the services inside it on every request.
+            any(crate::mcp::transport::endpoint),
+        )
+        .merge(oauth)
 }
 
 /// The router of the operator listener (`http.operator_listen`): `/metrics`, health and the admin API.

@@ -88,7 +88,9 @@ fn is_allowed_host(host: &str, allowed: &[String]) -> bool {
             .any(|entry| entry == "*" || entry.eq_ignore_ascii_case(host) || entry.eq_ignore_ascii_case(name))
 }
 
-fn is_allowed_origin(origin: &str, allowed: &[String]) -> bool {
+/// Whether `origin` is a loopback origin or on `allowed`; CORS answers the same origins
+/// ([`crate::http::cors`]).
+pub(crate) fn is_allowed_origin(origin: &str, allowed: &[String]) -> bool {
     if allowed.iter().any(|entry| entry == "*" || entry.trim_end_matches('/').eq_ignore_ascii_case(origin)) {
         return true;
     }

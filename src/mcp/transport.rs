@@ -87,12 +87,17 @@ impl From<McpError> for Refusal {
     }
 }
 
-/// Every request to `/{agent_id}/mcp`: the failed-authentication guard and the `RateLimit*` fields
+/// Every request to `/{agent_id}/mcp`: CORS ([`crate::http::cors`]: a preflight is answered here) around the
+/// failed-authentication guard and the `RateLimit*` fields
 /// ([`crate::guard::mcp_gate`]) around the audit ([`super::audit::record`]) around the method's handler:
 /// [`post`], [`super::standalone::get`] (`HEAD` too) and [`super::standalone::delete`]; any other method is
 /// 405.
 pub async fn endpoint(State(state): State<AppState>, request: Request) -> Response {
-    crate::guard::mcp_gate(&state, request, |request| {
+    let cors = crate::http::cors::Cors::of(&state, &request);
+    if let Some(preflight) = cors.preflight() {
+        return preflight;
+    }
+    let response = crate::guard::mcp_gate(&state, request, |request| {
         super::audit::record(&state, request, |request| async {
             let (mut parts, body) = request.into_parts();
             let path = Path::<String>::from_request_parts(&mut parts, &state).await;
@@ -106,7 +111,8 @@ pub async fn endpoint(State(state): State<AppState>, request: Request) -> Respon
             }
         })
     })
-    .await
+    .await;
+    cors.finish(response)
 }
 
 /// `POST /{agent_id}/mcp`: one JSON-RPC message, or a batch where 2025-03-26 allows it.
@@ -185,14 +191,23 @@ pub(super) async fn admit(
     // access token must be for it, and its metadata document is named in the challenge.
     let path_agent = path.ok().and_then(|Path(id)| AgentId::parse(&id).ok());
     let oauth = path_agent.as_ref().filter(|agent| state.oauth.is_on_for(agent.as_str()));
-    let metadata_url = oauth.map(|agent| state.oauth.metadata_url(agent.as_str()));
     // The OAuth challenge for a refusal with this error code (none while OAuth is off for the agent).
     let challenge = |error: Option<&'static str>, description: Option<&str>| {
-        metadata_url.as_deref().map(|url| {
-            Challenge { resource_metadata: Some(url), scope: Some(oauth::SCOPE), error, description }.header()
+        oauth.map(|agent| {
+            let url = state.oauth.metadata_url(agent.as_str());
+            Challenge { resource_metadata: Some(&url), scope: Some(oauth::SCOPE), error, description }.header()
         })
     };
     let authenticated = state.oauth.authenticate(&state.keys, headers, path_agent.as_ref()).await;
+    if matches!(Presented::of(headers, oauth.is_some()), Presented::Token(_)) {
+        let outcome = match &authenticated {
+            Ok(_) => "accepted",
+            Err(AuthError::Forbidden(_)) => "forbidden",
+            Err(AuthError::Unavailable(_)) => "unavailable",
+            Err(_) => "invalid",
+        };
+        state.metrics.oauth_tokens.get_or_create(&crate::metrics::OutcomeLabels { outcome }).inc();
+    }
     let Authenticated { key, is_token } = match authenticated {
         Ok(authenticated) => authenticated,
         Err(error) => {
@@ -215,8 +230,8 @@ pub(super) async fn admit(
             return Err(Refusal { error, trail: None, challenge });
         }
     };
-    let agent_id = path_agent.ok_or(McpError::UnknownAgent)?;
-    let agent = match state.registry.agent(&agent_id).await {
+    let agent_id = path_agent.as_ref().ok_or(McpError::UnknownAgent)?;
+    let agent = match state.registry.agent(agent_id).await {
         Ok(Some(agent)) => agent,
         Ok(None) => return Err(McpError::UnknownAgent.into()),
         Err(error) => {

@@ -8,6 +8,7 @@
 //! the token acts as. Nothing of the token is logged.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, Validation};
@@ -16,15 +17,20 @@ use serde::Deserialize;
 use super::config::OAuthConfig;
 use super::jwks::{Jwks, JwksError};
 use super::{AuthError, Grant, SCOPE};
+use crate::FastMap;
 use crate::domain::time::Timestamp;
 use crate::domain::{AgentId, Scope};
+use crate::events::{BusHook, BusMessage, CacheGate};
 use crate::store::Store;
 
 /// The claims hivegate reads; `iss`, `aud`, `exp` and `nbf` are checked by [`jsonwebtoken`].
 #[derive(Debug, Deserialize)]
 struct Claims {
-    sub: String,
-    exp: u64,
+    /// Optional here so that a token without one is refused as lacking a required claim.
+    #[serde(default)]
+    sub: Option<String>,
+    #[serde(default)]
+    exp: Option<u64>,
     /// Space-separated scopes (RFC 9068, RFC 8693).
     #[serde(default)]
     scope: Option<String>,
@@ -52,6 +58,42 @@ pub struct External {
     leeway: u64,
     jwks: Jwks,
     store: Arc<dyn Store>,
+    grants: GrantCache,
+}
+
+/// Granted subjects, (agent, subject) → the key id, so that a token costs no database read once its subject
+/// was seen. Only grants that exist are kept (at most the stored grants). Entries are dropped by the bus
+/// messages a grant's change commits with (`KeyChanged` of the key it named), by a key's revocation, by the
+/// agent's deletion, and all of them while the bus is offline; `generation` keeps a read that raced an
+/// invalidation out of the map, as in [`crate::http::auth::KeyCache`].
+#[derive(Default)]
+struct GrantCache {
+    entries: FastMap<(AgentId, String), String>,
+    generation: AtomicU64,
+    gate: CacheGate,
+}
+
+impl GrantCache {
+    fn forget(&self, keep: impl Fn(&(AgentId, String), &String) -> bool) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.entries.retain(|lookup, key| keep(lookup, key));
+    }
+}
+
+impl BusHook for External {
+    fn apply(&self, message: &BusMessage) {
+        let grants = &self.grants;
+        if grants.gate.apply(message, || grants.forget(|_, _| false)) {
+            return;
+        }
+        match message {
+            BusMessage::KeyRevoked { key, .. } | BusMessage::KeyChanged { key, .. } => {
+                grants.forget(|_, granted| granted != key)
+            }
+            BusMessage::AgentDeleted { agent } => grants.forget(|(granted, _), _| granted.as_str() != agent),
+            _ => {}
+        }
+    }
 }
 
 impl External {
@@ -62,6 +104,7 @@ impl External {
             leeway: config.leeway_s,
             jwks: Jwks::new(config),
             store,
+            grants: GrantCache::default(),
         }
     }
 
@@ -107,15 +150,34 @@ impl External {
             return Err(AuthError::Forbidden(format!("the access token does not have scope {SCOPE}")));
         }
         let scopes: Vec<Scope> = claims.scopes().into_iter().filter_map(Scope::parse).collect();
-        let granted = self.store.get_oauth_subject(agent, &self.issuer, &claims.sub).await?.ok_or_else(|| {
+        let (Some(subject), Some(exp)) = (claims.sub.as_deref(), claims.exp) else {
+            return Err(invalid(why(&ErrorKind::MissingRequiredClaim(String::new()))));
+        };
+        let key_id = self.granted_key(agent, subject).await?.ok_or_else(|| {
             AuthError::Forbidden(format!(
                 "the token's subject is not granted on agent {agent} (the operator grants it with PUT \
                  /admin/v1/agents/{agent}/oauth-subjects/{{subject}})"
             ))
         })?;
-        let expires_at =
-            Timestamp::from_micros(i64::try_from(claims.exp.saturating_mul(1_000_000)).unwrap_or(i64::MAX));
-        Ok(Grant { key_id: granted.key_id, agent: agent.clone(), scopes, expires_at })
+        let expires_at = Timestamp::from_micros(i64::try_from(exp.saturating_mul(1_000_000)).unwrap_or(i64::MAX));
+        Ok(Grant { key_id, agent: agent.clone(), scopes, expires_at })
+    }
+
+    /// The key `subject` of the issuer is granted as on `agent`, if any: cached, else read.
+    async fn granted_key(&self, agent: &AgentId, subject: &str) -> Result<Option<String>, AuthError> {
+        let lookup = (agent.clone(), subject.to_owned());
+        if let Some(key) = self.grants.entries.get(&lookup) {
+            return Ok(Some(key.clone()));
+        }
+        let generation = self.grants.generation.load(Ordering::Acquire);
+        let Some(grant) = self.store.get_oauth_subject(agent, &self.issuer, subject).await? else { return Ok(None) };
+        if let dashmap::Entry::Vacant(slot) = self.grants.entries.entry(lookup)
+            && self.grants.generation.load(Ordering::Acquire) == generation
+            && self.grants.gate.is_open()
+        {
+            slot.insert(grant.key_id.clone());
+        }
+        Ok(Some(grant.key_id))
     }
 }
 

@@ -152,6 +152,15 @@ pub struct OAuth {
     builtin: OnceLock<Arc<dyn AccessTokens>>,
 }
 
+/// The external issuer's cache of granted subjects follows the bus ([`external`]).
+impl crate::events::BusHook for OAuth {
+    fn apply(&self, message: &crate::events::BusMessage) {
+        if let Some(external) = &self.external {
+            external.apply(message);
+        }
+    }
+}
+
 impl OAuth {
     /// `public_url` is the configured `http.public_url`, or the one derived from the bound address.
     pub fn new(config: &config::OAuthConfig, public_url: &str, store: Arc<dyn Store>) -> Self {

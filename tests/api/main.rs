@@ -40,6 +40,8 @@ mod batch_tokens;
 mod cli;
 /// Connection hygiene: header-read and idle timeouts, connection caps, early refusals on keep-alive.
 mod connections;
+/// CORS on the MCP endpoint and the metadata documents.
+mod cors;
 /// Fault injection between hivegate and PostgreSQL.
 mod faults;
 /// Every field a key writes has a size limit; list pages are bounded by bytes.
@@ -78,6 +80,8 @@ mod mcp_eras;
 mod mcp_methods;
 /// `GET /metrics` after known traffic.
 mod metrics;
+/// OAuth: metadata documents, the challenge, an external issuer's tokens, subject grants.
+mod oauth;
 /// The built-in OAuth authorization server: registration, metadata documents, consent, codes, tokens.
 mod oauth_server;
 /// The OpenAPI document against the server, the landing page and the API reference.
