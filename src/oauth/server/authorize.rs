@@ -74,13 +74,19 @@ impl Refusal {
 }
 
 /// `GET /oauth/authorize`: the consent page, or the refusal.
-pub async fn show(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
+pub async fn show(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
     let Some(server) = state.oauth_server.as_ref() else { return page::error(StatusCode::NOT_FOUND, "off") };
     let params = match Params::parse(query.unwrap_or_default().as_bytes()) {
         Ok(params) => params,
         Err(error) => return page::error(StatusCode::BAD_REQUEST, &error.description),
     };
-    match check(server, &params).await {
+    let client_ip = client_address(&state, peer, &headers);
+    match check(server, &params, client_ip).await {
         Ok(request) => consent_page(server, &request, StatusCode::OK, None),
         Err(refusal) => refusal.into_response(&server.issuer),
     }
@@ -98,7 +104,8 @@ pub async fn decide(
         Ok(params) => params,
         Err(error) => return page::error(error.status, &error.description),
     };
-    let request = match check(&server, &params).await {
+    let client_ip = client_address(&state, peer, &headers);
+    let request = match check(&server, &params, client_ip).await {
         Ok(request) => request,
         Err(refusal) => return refusal.into_response(&server.issuer),
     };
@@ -117,7 +124,6 @@ pub async fn decide(
         }
         _ => return consent_page(&server, &request, StatusCode::BAD_REQUEST, Some("Choose Allow or Deny.")),
     }
-    let client_ip = state.guard.client_ip(peer.ip(), &headers);
     let failures = state.guard.failures();
     if let Some(wait) = failures.blocked(client_ip) {
         let message = format!("Too many refused keys from your address: try again in {} s.", wait.as_secs().max(1));
@@ -231,10 +237,10 @@ fn store_failed(error: &StoreError) -> Response {
 }
 
 /// Checks an authorization request's parameters, in the two stages of the module documentation.
-async fn check(server: &BuiltinServer, params: &Params) -> Result<Request, Refusal> {
+async fn check(server: &BuiltinServer, params: &Params, client_ip: IpAddr) -> Result<Request, Refusal> {
     let page = |message: String| Refusal::Page(StatusCode::BAD_REQUEST, message);
     let client_id = params.get("client_id").ok_or_else(|| page("The request names no client (client_id).".into()))?;
-    let client = resolve_client(server, client_id).await?;
+    let client = resolve_client(server, client_id, client_ip).await?;
     let redirect_uri =
         params.get("redirect_uri").ok_or_else(|| page("The request names no redirect_uri.".into()))?.to_owned();
     if !client.redirect_uris.contains(&redirect_uri) {
@@ -303,11 +309,11 @@ pub fn requested_scope(scope: Option<&str>) -> Result<String, String> {
 }
 
 /// The client named by `client_id`: a metadata document URL, or a registered client.
-async fn resolve_client(server: &BuiltinServer, client_id: &str) -> Result<ClientInfo, Refusal> {
+async fn resolve_client(server: &BuiltinServer, client_id: &str, client_ip: IpAddr) -> Result<ClientInfo, Refusal> {
     if DocumentFetcher::is_document_url(client_id) {
         return server
             .documents
-            .client(client_id)
+            .client(client_id, client_ip)
             .await
             .map_err(|error| Refusal::Page(StatusCode::BAD_REQUEST, format!("{error}.")));
     }

@@ -31,6 +31,9 @@ pub struct DocumentError(pub String);
 
 /// How long a refusal is remembered, so a page reload does not fetch again at once.
 const REFUSAL_TTL: Duration = Duration::from_secs(30);
+/// Documents fetched (cache misses) per client address and minute: opening the authorize page costs the
+/// server an outbound request, so one address cannot make it fetch without bound.
+const FETCHES_PER_MINUTE: u32 = 30;
 
 /// Fetches, checks and caches clients' metadata documents.
 pub struct DocumentFetcher {
@@ -39,6 +42,8 @@ pub struct DocumentFetcher {
     /// URL → when fetched and what was found. Bounded by `max_cached_metadata`: when full, expired entries
     /// go, and if none had, everything (a refetch is cheap; memory is not unbounded).
     cache: FastMap<String, (Instant, Result<ClientInfo, DocumentError>)>,
+    /// Fetches per client address ([`FETCHES_PER_MINUTE`]); idle entries are forgotten by the prune task.
+    pub fetches: governor::DefaultKeyedRateLimiter<IpAddr>,
 }
 
 impl DocumentFetcher {
@@ -53,7 +58,15 @@ impl DocumentFetcher {
             .no_proxy()
             .user_agent(concat!("hivegate/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        Ok(Self { client, config: config.clone(), cache: FastMap::default() })
+        let quota = governor::Quota::per_minute(
+            std::num::NonZeroU32::new(FETCHES_PER_MINUTE).unwrap_or(std::num::NonZeroU32::MIN),
+        );
+        Ok(Self {
+            client,
+            config: config.clone(),
+            cache: FastMap::default(),
+            fetches: governor::RateLimiter::keyed(quota),
+        })
     }
 
     /// Whether `client_id` names a metadata document (rather than a registered client).
@@ -61,8 +74,8 @@ impl DocumentFetcher {
         client_id.starts_with("https://") || client_id.starts_with("http://")
     }
 
-    /// The client whose metadata document is at `url`.
-    pub async fn client(&self, url: &str) -> Result<ClientInfo, DocumentError> {
+    /// The client whose metadata document is at `url`, for a request from `client_ip`.
+    pub async fn client(&self, url: &str, client_ip: IpAddr) -> Result<ClientInfo, DocumentError> {
         let ttl = Duration::from_secs(self.config.metadata_cache_secs);
         if let Some(entry) = self.cache.get(url) {
             let (at, found) = &*entry;
@@ -70,6 +83,12 @@ impl DocumentFetcher {
             if at.elapsed() < fresh {
                 return found.clone();
             }
+        }
+        if self.fetches.check_key(&client_ip).is_err() {
+            return Err(DocumentError(format!(
+                "too many client metadata documents fetched for your address: try again in a minute \
+                 ({FETCHES_PER_MINUTE} a minute)"
+            )));
         }
         let found = self.fetch(url).await;
         if let Err(error) = &found {
@@ -271,6 +290,8 @@ pub fn is_forbidden(ip: IpAddr) -> bool {
 mod tests {
     use super::*;
 
+    const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
     #[test]
     fn private_and_special_addresses_are_forbidden() {
         for forbidden in [
@@ -311,7 +332,7 @@ mod tests {
             ("https://[::1]/meta.json", "not publicly routable"),
             ("https://u:p@client.example/meta.json", "credentials"),
         ] {
-            let error = fetcher.client(url).await.expect_err(url);
+            let error = fetcher.client(url, LOCAL).await.expect_err(url);
             assert!(error.0.contains(why), "{url}: {error}");
         }
         let allowed =
@@ -322,9 +343,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn fetches_per_address_are_bounded() {
+        let fetcher = DocumentFetcher::new(&BuiltinConfig::default()).expect("a client");
+        for i in 0..FETCHES_PER_MINUTE {
+            let error = fetcher.client(&format!("https://10.0.0.1/{i}.json"), LOCAL).await.expect_err("private");
+            assert!(error.0.contains("not publicly routable"), "{error}");
+        }
+        let error = fetcher.client("https://10.0.0.1/more.json", LOCAL).await.expect_err("bounded");
+        assert!(error.0.contains("too many"), "{error}");
+        let other = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1));
+        let error = fetcher.client("https://10.0.0.1/more.json", other).await.expect_err("private");
+        assert!(error.0.contains("not publicly routable"), "another address has its own budget: {error}");
+        // A cached answer costs nothing.
+        let error = fetcher.client("https://10.0.0.1/0.json", LOCAL).await.expect_err("cached");
+        assert!(error.0.contains("not publicly routable"), "{error}");
+    }
+
+    #[tokio::test]
     async fn a_name_that_resolves_to_loopback_is_refused() {
         let fetcher = DocumentFetcher::new(&BuiltinConfig::default()).expect("a client");
-        let error = fetcher.client("https://localhost:9/meta.json").await.expect_err("loopback");
+        let error = fetcher.client("https://localhost:9/meta.json", LOCAL).await.expect_err("loopback");
         assert!(error.0.contains("not publicly routable"), "{error}");
     }
 }

@@ -143,6 +143,7 @@ impl BuiltinServer {
             loop {
                 every.tick().await;
                 server.registrations.retain_recent();
+                server.documents.fetches.retain_recent();
                 let now = Timestamp::now().as_micros();
                 let idle_before = now.saturating_sub(client::secs_micros(server.config.client_idle_secs));
                 match server
