@@ -53,6 +53,8 @@ pub struct Application {
     _operator_refresh: AbortOnDrop,
     /// Prunes the built-in authorization server's expired codes and tokens and idle clients, when it runs.
     _oauth_pruner: Option<AbortOnDrop>,
+    /// Writes which keys were used, every few seconds (and once more at shutdown).
+    _key_uses: AbortOnDrop,
     /// Writes MCP audit records; stopped (flushed) after the server drained.
     audit_task: AuditTask,
 }
@@ -178,6 +180,17 @@ impl Application {
                 }
             }))
         };
+        let key_uses = {
+            let keys = state.keys.clone();
+            AbortOnDrop(tokio::spawn(async move {
+                let mut every = tokio::time::interval(crate::http::auth::TOUCH_WRITE_INTERVAL);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    every.tick().await;
+                    keys.write_uses().await;
+                }
+            }))
+        };
         Ok(Self {
             listener,
             tls,
@@ -189,6 +202,7 @@ impl Application {
             _reclaimer: reclaimer,
             _operator_refresh: operator_refresh,
             _oauth_pruner: oauth_pruner,
+            _key_uses: key_uses,
             audit_task,
         })
     }
@@ -278,6 +292,7 @@ impl Application {
         }
         // Every request has ended: write the audit records still queued.
         self.audit_task.stop(grace).await;
+        self.state.keys.write_uses().await;
         // Leave the live replicas, so that other replicas' changes stop waiting for this one at once.
         if let Some(pg_bus) = self.pg_bus {
             pg_bus.stop().await;

@@ -37,6 +37,11 @@ pub mod verify;
 /// The longest wait between two attempts to write a batch while the database is unreachable.
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
 
+/// The agents whose chain heads a stream holds in memory (about 150 bytes each) before the writer moves on
+/// to a new stream: the old one stays stored and verifiable, and the writer's memory stays bounded however
+/// many agents a long-running replica serves over its life.
+const MAX_STREAM_AGENTS: usize = 200_000;
+
 /// Counters of the writer, for metrics and operators.
 #[derive(Debug, Default)]
 pub struct AuditStats {
@@ -131,6 +136,10 @@ pub struct AuditTask {
 impl AuditWriter {
     /// Starts the writer task (`None` for the handle's sender when MCP auditing is off).
     pub fn start(store: Arc<dyn Store>, config: &AuditConfig) -> (AuditWriter, AuditTask) {
+        Self::start_with(store, config, MAX_STREAM_AGENTS)
+    }
+
+    fn start_with(store: Arc<dyn Store>, config: &AuditConfig, max_stream_agents: usize) -> (AuditWriter, AuditTask) {
         let stats = Arc::new(AuditStats::default());
         let batch_size = config.batch_size.max(1);
         let queue_capacity = config.queue_capacity.max(1);
@@ -156,6 +165,7 @@ impl AuditWriter {
             batch_size,
             interval: Duration::from_millis(config.flush_interval_ms.max(1)),
             stream: AuditStream::new(),
+            max_stream_agents,
         };
         tokio::spawn(async move {
             let mut batcher = batcher;
@@ -230,8 +240,10 @@ struct Batcher {
     bell: Arc<Doorbell>,
     batch_size: usize,
     interval: Duration,
-    /// The stream the records are chained in; a fresh one after a write of unknown outcome.
+    /// The stream the records are chained in; a fresh one after a write of unknown outcome, and once it
+    /// holds more than `max_stream_agents` agents' heads.
     stream: AuditStream,
+    max_stream_agents: usize,
 }
 
 impl Batcher {
@@ -342,6 +354,9 @@ impl Batcher {
                     self.stats.lag_us.store(lag, Ordering::Relaxed);
                     self.stats.max_lag_us.fetch_max(lag, Ordering::Relaxed);
                     self.stats.written.fetch_add(records.len() as u64, Ordering::Relaxed);
+                    if self.stream.agents() > self.max_stream_agents {
+                        self.stream = AuditStream::new();
+                    }
                     self.stats.stream_agents.store(self.stream.agents() as u64, Ordering::Relaxed);
                     return true;
                 }
@@ -514,5 +529,31 @@ mod tests {
         assert_eq!(written, stats.queued.load(Ordering::Relaxed), "stop writes everything accepted");
         let stored = store.list_audit(&AuditFilter::default(), None, 100).await.expect("list");
         assert_eq!(stored.len() as u64, written);
+    }
+
+    #[tokio::test]
+    async fn a_stream_holding_too_many_agents_gives_way_to_a_new_one_and_both_verify() {
+        let (store, _file) = temp_store().await;
+        let config = AuditConfig { batch_size: 2, flush_interval_ms: 20, ..AuditConfig::default() };
+        let (writer, task) = AuditWriter::start_with(store.clone(), &config, 2);
+        let stats = writer.stats().clone();
+        // Three agents in the first batch: more than a stream may hold, so the next batch opens a new one.
+        for (n, agent) in ["a1", "a2", "a3", "a1", "a2", "a4"].into_iter().enumerate() {
+            writer.record(AuditRecord { agent_id: agent.into(), ..record(n as u32) });
+            if n == 2 {
+                until("the first batch", || stats.written.load(Ordering::Relaxed) == 3).await;
+            }
+        }
+        task.stop(Duration::from_secs(5)).await;
+        assert_eq!(stats.written.load(Ordering::Relaxed), 6);
+        let streams = store.audit_streams().await.expect("streams");
+        assert!(streams.len() >= 2, "the writer moved on to a new stream: {streams:?}");
+        assert!(stats.stream_agents.load(Ordering::Relaxed) <= 3);
+        let report = verify::verify(store.as_ref(), None).await.expect("verify");
+        assert_eq!(report.broken(), 0, "{report:?}");
+        let counted: u64 = report.agents.values().map(|outcome| *outcome.as_ref().expect("verified")).sum();
+        assert_eq!(counted, 6, "every record is checked: {report:?}");
+        let one = verify::verify(store.as_ref(), Some("a1")).await.expect("verify a1");
+        assert_eq!(one.agents.get("a1").map(|outcome| outcome.clone().ok()), Some(Some(2)), "{one:?}");
     }
 }

@@ -18,6 +18,9 @@ use crate::store::{Store, StoreError};
 pub const KEY_HEADER: &str = "x-agent-api-key";
 /// `last_used_at` is written at most this often per key, so reads do not turn into writes.
 const TOUCH_INTERVAL: Duration = Duration::from_secs(60);
+/// How often the keys used since are written ([`KeyCache::write_uses`]): one statement for all of them, so
+/// that requests spread over many keys do not cost the database a transaction per key.
+pub const TOUCH_WRITE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Why a presented key was refused.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +53,8 @@ pub struct KeyCache {
     ids: FastMap<String, CachedKey>,
     generation: AtomicU64,
     gate: CacheGate,
+    /// Keys used since their use was last written: each once, so at most as many as there are keys.
+    used: std::sync::Mutex<std::collections::HashSet<String, foldhash::fast::RandomState>>,
 }
 
 impl KeyCache {
@@ -61,6 +66,22 @@ impl KeyCache {
             ids: FastMap::default(),
             generation: AtomicU64::new(0),
             gate: CacheGate::default(),
+            used: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Writes the use of the keys used since the last call (run every [`TOUCH_WRITE_INTERVAL`], and at
+    /// shutdown); a failed write is logged and not retried (the next use of the key writes it again).
+    pub async fn write_uses(&self) {
+        let used: Vec<String> = {
+            let mut used = self.used.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if used.is_empty() {
+                return;
+            }
+            std::mem::take(&mut *used).into_iter().collect()
+        };
+        if let Err(error) = self.store.touch_keys(&used).await {
+            tracing::warn!(%error, keys = used.len(), "could not record key use");
         }
     }
 
@@ -115,13 +136,7 @@ impl KeyCache {
             return Err(KeyError::Unauthenticated);
         }
         if touch {
-            let store = self.store.clone();
-            let id = record.id.clone();
-            tokio::spawn(async move {
-                if let Err(error) = store.touch_key(&id).await {
-                    tracing::warn!(%error, "could not record key use");
-                }
-            });
+            self.used.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(record.id.clone());
         }
         Ok(record)
     }
@@ -175,8 +190,8 @@ pub struct Challenge<'a> {
 }
 
 impl Challenge<'_> {
-    /// The header value. Quotes and backslashes in the parameters (none of ours has any) are dropped rather
-    /// than escaped; a value that cannot be a header field falls back to [`CHALLENGE`].
+    /// The header value. Quotes, backslashes and control characters in the parameters are dropped rather
+    /// than escaped; a value that still cannot be a header field falls back to [`CHALLENGE`].
     pub fn header(&self) -> axum::http::HeaderValue {
         let mut text = String::from(CHALLENGE);
         let parameters = [
@@ -187,7 +202,7 @@ impl Challenge<'_> {
         ];
         for (name, value) in parameters {
             if let Some(value) = value {
-                let value: String = value.chars().filter(|c| !matches!(c, '"' | '\\')).collect();
+                let value: String = value.chars().filter(|c| !matches!(c, '"' | '\\') && !c.is_control()).collect();
                 text.push_str(&format!(", {name}=\"{value}\""));
             }
         }
@@ -257,4 +272,28 @@ impl OperatorToken {
 /// Whether `record` belongs to `agent`.
 pub fn is_key_of(record: &KeyRecord, agent: &AgentId) -> bool {
     &record.agent_id == agent
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_challenge_is_spelled_once() {
+        assert_eq!(Challenge::default().header(), CHALLENGE);
+        let full = Challenge {
+            resource_metadata: Some("https://h/.well-known/oauth-protected-resource/a/mcp"),
+            scope: Some("mcp"),
+            error: Some("invalid_token"),
+            description: Some("a \"quoted\" \\ reason"),
+        };
+        assert_eq!(
+            full.header(),
+            "Bearer realm=\"hivegate\", resource_metadata=\"https://h/.well-known/oauth-protected-resource/a/mcp\", \
+             scope=\"mcp\", error=\"invalid_token\", error_description=\"a quoted  reason\""
+        );
+        // Control characters, which a header value cannot hold, are dropped.
+        let broken = Challenge { description: Some("line\nbreak"), ..Challenge::default() };
+        assert_eq!(broken.header(), "Bearer realm=\"hivegate\", error_description=\"linebreak\"");
+    }
 }

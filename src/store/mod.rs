@@ -214,8 +214,9 @@ pub trait Store: Send + Sync + 'static {
         subject: &str,
         actor: &Actor,
     ) -> StoreResult<()>;
-    /// Records use of a key (callers write it at most once a minute per key).
-    async fn touch_key(&self, key_id: &str) -> StoreResult<()>;
+    /// Records use of keys now: one statement per thousand keys, however many (callers gather the keys used
+    /// on a replica and write them every few seconds, each at most once a minute).
+    async fn touch_keys(&self, key_ids: &[String]) -> StoreResult<()>;
 
     async fn put_resource(
         &self,

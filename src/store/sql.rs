@@ -36,6 +36,9 @@ pub(super) const AUDIT_SEGMENT_SPAN: i64 = 60_000_000;
 /// parameters (SQLite's 32,766).
 pub(super) const AUDIT_SEGMENTS_PER_INSERT: usize = 1_000;
 
+/// Keys one `update` of their last use names.
+pub(super) const KEYS_PER_TOUCH: usize = 1_000;
+
 /// Where one audit segment lies in an agent's records: a run of at most [`AUDIT_SEGMENT_RECORDS`] records
 /// spanning at most [`AUDIT_SEGMENT_SPAN`] of occurrence time (see the 0008 migration).
 pub(super) struct AuditSegment {
@@ -366,9 +369,9 @@ macro_rules! impl_store {
             use $crate::store::sql::sessions::{PRUNE_BATCH, SessionRow};
             use $crate::store::sql::subjects::{SubjectRow, subject_columns};
             use $crate::store::sql::{
-                AUDIT_SEGMENT_RECORDS, AUDIT_SEGMENT_SPAN, AUDIT_SEGMENTS_PER_INSERT, Change, agent_columns,
-                chain_audit_segments, key_columns, merged_rate_limit, prefix_upper_bound, prompt_columns,
-                resource_columns, resource_content_columns, stored_bytes, template_columns,
+                AUDIT_SEGMENT_RECORDS, AUDIT_SEGMENT_SPAN, AUDIT_SEGMENTS_PER_INSERT, Change, KEYS_PER_TOUCH,
+                agent_columns, chain_audit_segments, key_columns, merged_rate_limit, prefix_upper_bound,
+                prompt_columns, resource_columns, resource_content_columns, stored_bytes, template_columns,
             };
             use $crate::store::{After, BatchOutcome, Store, StoreError, StoreResult, Upserted};
 

@@ -173,8 +173,9 @@ async fn story(store: &dyn Store, bus: &mut Receiver<BusMessage>) -> TestResult 
     store.revoke_key(&story, &k1.id, &actor).await?;
     assert_eq!(next_message(bus).await, revoked);
     assert_eq!(store.find_key("d1").await?.ok_or("key d1")?.revoked_at, Some(first_revocation));
-    store.touch_key(&k2.id).await?;
+    store.touch_keys(&[k2.id.clone(), k1.id.clone()]).await?;
     assert!(store.find_key("d2").await?.ok_or("key d2")?.last_used_at.is_some());
+    assert!(store.find_key("d1").await?.ok_or("key d1")?.last_used_at.is_some());
 
     // Resources: create, replace content, replace metadata.
     let put = store.put_resource(&story, &text_resource("x://b", "b", "one"), &actor).await?;

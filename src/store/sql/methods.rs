@@ -868,15 +868,20 @@ macro_rules! impl_store_methods {
                 self.sql_delete_subject(agent, issuer, subject, actor).await
             }
 
-            #[tracing::instrument(skip_all, fields(key = key_id))]
-            async fn touch_key(&self, key_id: &str) -> StoreResult<()> {
+            #[tracing::instrument(skip_all, fields(keys = key_ids.len()))]
+            async fn touch_keys(&self, key_ids: &[String]) -> StoreResult<()> {
                 // Use is not an edit: `updated_at` stays, and no audit row is written.
-                sqlx::query::<$db>("update api_key set last_used_at = $2 where api_key_id = $1")
-                    .bind(key_id)
-                    .bind(Timestamp::now().as_micros())
-                    .execute(self.writer())
-                    .await
-                    .map_err(Self::error)?;
+                let now = Timestamp::now().as_micros();
+                for chunk in key_ids.chunks(KEYS_PER_TOUCH) {
+                    let mut update = sqlx::QueryBuilder::<$db>::new("update api_key set last_used_at = ");
+                    update.push_bind(now).push(" where api_key_id in (");
+                    let mut ids = update.separated(", ");
+                    for id in chunk {
+                        ids.push_bind(id.as_str());
+                    }
+                    update.push(")");
+                    update.build().persistent(false).execute(self.writer()).await.map_err(Self::error)?;
+                }
                 Ok(())
             }
 
