@@ -51,6 +51,8 @@ pub struct Application {
     _reclaimer: Reclaimer,
     /// Re-reads a stored operator token digest, so a rotation reaches this replica.
     _operator_refresh: AbortOnDrop,
+    /// Prunes the built-in authorization server's expired codes and tokens and idle clients, when it runs.
+    _oauth_pruner: Option<AbortOnDrop>,
     /// Writes which keys were used, every few seconds (and once more at shutdown).
     _key_uses: AbortOnDrop,
     /// Writes MCP audit records; stopped (flushed) after the server drained.
@@ -133,8 +135,22 @@ impl Application {
         let oauth = Arc::new(crate::oauth::OAuth::new(&config.oauth, &public_url, store.clone()));
         // After the hub: its cache of granted subjects is nothing streams read.
         bus.add_hook(oauth.clone());
-        // `oauth.mode = "builtin"`: the built-in authorization server hands its tokens over here with
-        // `oauth.set_builtin(...)`.
+        // `oauth.mode = "builtin"`: the built-in authorization server, whose tokens the MCP endpoint takes.
+        let oauth_server = if config.oauth.mode == crate::oauth::config::Mode::Builtin {
+            let server = crate::oauth::server::BuiltinServer::start(
+                &config.oauth.builtin,
+                &public_url,
+                store.clone(),
+                hasher.clone(),
+            )
+            .await
+            .context("starting the built-in authorization server")?;
+            oauth.set_builtin(server.clone());
+            Some(server)
+        } else {
+            None
+        };
+        let oauth_pruner = oauth_server.as_ref().map(|server| server.start_pruning());
         let state = AppState::new(Shared {
             renders,
             oauth,
@@ -143,6 +159,7 @@ impl Application {
             bus,
             keys,
             operator: Arc::new(operator),
+            oauth_server,
             cursors: Arc::new(cursors),
             hasher,
             registry,
@@ -184,6 +201,7 @@ impl Application {
             _pruner: pruner,
             _reclaimer: reclaimer,
             _operator_refresh: operator_refresh,
+            _oauth_pruner: oauth_pruner,
             _key_uses: key_uses,
             audit_task,
         })
@@ -285,7 +303,7 @@ impl Application {
 }
 
 /// A background task that ends with its owner.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

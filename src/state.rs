@@ -46,6 +46,8 @@ pub struct Shared {
     pub operator: Arc<OperatorToken>,
     /// Access tokens on the MCP endpoint, the agents' metadata documents ([`crate::oauth`]).
     pub oauth: Arc<crate::oauth::OAuth>,
+    /// The built-in authorization server, when `oauth.mode = "builtin"`.
+    pub oauth_server: Option<Arc<crate::oauth::server::BuiltinServer>>,
     /// Signs and checks pagination cursors with the key every replica shares.
     pub cursors: Arc<CursorCodec>,
     pub hasher: KeyHasher,

@@ -64,12 +64,15 @@ pub fn router(state: AppState) -> Router {
 /// agents' metadata documents; the built-in authorization server's under `/oauth/` and
 /// `/.well-known/oauth-authorization-server` go here too).
 fn with_cors(state: &AppState) -> Router<AppState> {
-    let oauth = Router::new()
-        .route(
-            &format!("{}/{{agent_id}}/mcp", crate::oauth::metadata::WELL_KNOWN),
-            get(crate::oauth::metadata::document),
-        )
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), cors::layer));
+    let mut oauth = Router::new().route(
+        &format!("{}/{{agent_id}}/mcp", crate::oauth::metadata::WELL_KNOWN),
+        get(crate::oauth::metadata::document),
+    );
+    if state.oauth_server.is_some() {
+        // The built-in authorization server's metadata and endpoints (`oauth.mode = "builtin"`).
+        oauth = oauth.merge(crate::oauth::server::BuiltinServer::routes());
+    }
+    let oauth = oauth.route_layer(axum::middleware::from_fn_with_state(state.clone(), cors::layer));
     Router::new()
         .route(
             "/{agent_id}/mcp",

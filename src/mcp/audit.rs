@@ -188,7 +188,7 @@ fn target_of(call: &Call) -> &str {
 /// `value` as a record field: at most [`MAX_FIELD_CHARS`] characters, and every NUL written as `\u0000`.
 /// The client chooses these values (a JSON string may hold `\u0000`), and PostgreSQL's text refuses NUL:
 /// one such record would fail its whole batch on every retry.
-fn cut(value: &str) -> AuditText {
+pub(crate) fn cut(value: &str) -> AuditText {
     fn first_chars(value: &str) -> &str {
         // A value of at most that many bytes has at most that many chars: only a longer one is walked.
         if value.len() <= MAX_FIELD_CHARS {

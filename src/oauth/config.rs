@@ -55,6 +55,8 @@ pub struct OAuthConfig {
     pub max_subjects_per_agent: u64,
     /// Bytes of one granted subject (`sub`).
     pub max_subject_bytes: usize,
+    /// `[oauth.builtin]`: the built-in authorization server (`mode = "builtin"`).
+    pub builtin: crate::oauth::server::BuiltinConfig,
 }
 
 impl Default for OAuthConfig {
@@ -72,6 +74,7 @@ impl Default for OAuthConfig {
             jwks_max_bytes: 256 * 1024,
             max_subjects_per_agent: 1_000,
             max_subject_bytes: 255,
+            builtin: crate::oauth::server::BuiltinConfig::default(),
         }
     }
 }
@@ -132,6 +135,7 @@ impl OAuthConfig {
                 return invalid(key, format!("{url:?} is not an http:// or https:// URL"));
             }
         }
+        self.builtin.validate()?;
         if self.mode == Mode::External && self.issuer.is_none() {
             return invalid("oauth.issuer", "must be set when oauth.mode is \"external\"".to_owned());
         }

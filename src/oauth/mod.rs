@@ -17,7 +17,7 @@
 //!   (the canonical MCP URL `{http.public_url}/{agent_id}/mcp`, never derived from a request's `Host`).
 //! - [`external`]: `mode = "external"`: JWTs checked against the issuer's JWKS ([`jwks`]), and the subject
 //!   grants (issuer, `sub`) → key of the agent, managed through the admin API ([`crate::admin::oauth_subjects`]).
-//! - `server`: `mode = "builtin"`: hivegate's own authorization server, which implements [`AccessTokens`]
+//! - [`server`]: `mode = "builtin"`: hivegate's own authorization server, which implements [`AccessTokens`]
 //!   and is handed to [`OAuth::set_builtin`] by [`crate::app`].
 //! - [`crate::http::cors`]: CORS on the MCP endpoint and the OAuth endpoints.
 //! - The `WWW-Authenticate` challenge is spelled once, in [`crate::http::auth::Challenge`].
@@ -41,6 +41,9 @@ pub mod external;
 pub mod jwks;
 /// Protected Resource Metadata (RFC 9728).
 pub mod metadata;
+/// `mode = "builtin"`: hivegate's own authorization server (codes with PKCE, rotated refresh tokens, the
+/// consent page on which a key's owner pastes the key).
+pub mod server;
 
 /// The OAuth scope that lets a token use an agent's MCP endpoint (hivegate's `mcp` key scope).
 pub const SCOPE: &str = "mcp";

@@ -19,6 +19,8 @@ use crate::domain::{AgentId, PromptName, ResourceUri};
 /// The audit log's migration from agents' segments to writer streams, on both backends.
 #[cfg(test)]
 mod migration_tests;
+/// The built-in authorization server's clients, codes and tokens: its own trait beside [`Store`].
+pub mod oauth_server;
 /// The PostgreSQL implementation (several replicas; LISTEN/NOTIFY).
 pub mod postgres;
 /// Rows as the database returns them, and their conversion into domain records.
@@ -149,6 +151,8 @@ pub trait Store: Send + Sync + 'static {
     async fn ping(&self) -> StoreResult<()>;
     /// Which backend this is, for logs and metrics: `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
+    /// The built-in authorization server's tables.
+    fn oauth_server(&self) -> &dyn oauth_server::OAuthServerStore;
 
     async fn get_setting(&self, name: &str) -> StoreResult<Option<String>>;
     /// Store `value` unless the setting exists; returns the value that is stored afterwards.

@@ -17,6 +17,8 @@ use crate::domain::model::{AuditRecord, RateLimit, RateLimitPatch, Resource};
 
 /// The `impl Store` block itself.
 pub(super) mod methods;
+/// The built-in authorization server's clients, codes and tokens: the `OAuthServerStore` implementation.
+pub(super) mod oauth_server;
 /// Sessions, subscriptions, the event head and retention: inherent methods the `impl Store` block delegates to.
 pub(super) mod sessions;
 /// The SQL of subject grants of an external authorization server.
@@ -724,6 +726,7 @@ macro_rules! impl_store {
 
             $crate::store::sql::sessions::impl_session_sql!($store, $db);
             $crate::store::sql::subjects::impl_subject_sql!($store, $db);
+            $crate::store::sql::oauth_server::impl_oauth_server_sql!($store, $db);
             $crate::store::sql::methods::impl_store_methods!($store, $db, $backend);
         };
     };

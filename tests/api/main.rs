@@ -82,6 +82,8 @@ mod mcp_methods;
 mod metrics;
 /// OAuth: metadata documents, the challenge, an external issuer's tokens, subject grants.
 mod oauth;
+/// The built-in OAuth authorization server: registration, metadata documents, consent, codes, tokens.
+mod oauth_server;
 /// The OpenAPI document against the server, the landing page and the API reference.
 mod openapi;
 /// The operator endpoints on a listener of their own.

@@ -113,6 +113,10 @@ macro_rules! impl_store_methods {
                 $backend
             }
 
+            fn oauth_server(&self) -> &dyn $crate::store::oauth_server::OAuthServerStore {
+                self
+            }
+
             #[tracing::instrument(skip_all)]
             async fn list_audit(
                 &self,
