@@ -123,8 +123,12 @@ impl Application {
             config.limits.max_renders_per_agent,
             config.limits.max_renders,
         ));
+        let console = Arc::new(crate::console::session::ConsoleSessions::new(std::time::Duration::from_secs(
+            config.http.console_idle_timeout_secs,
+        )));
         let state = AppState::new(Shared {
             renders,
+            console,
             config: Arc::new(config),
             store,
             bus,

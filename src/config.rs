@@ -118,6 +118,8 @@ pub struct HttpConfig {
     /// Connections one client address may keep open at once on each listener; a peer in
     /// `rate_limits.trusted_proxies` is not capped (its clients are many). 0: no cap.
     pub max_connections_per_address: u32,
+    /// How long a console session (`/console/`) lasts without a request before it must sign in again.
+    pub console_idle_timeout_secs: u64,
 }
 
 impl Default for HttpConfig {
@@ -131,6 +133,7 @@ impl Default for HttpConfig {
             idle_timeout_ms: 75_000,
             max_connections: 16_384,
             max_connections_per_address: 512,
+            console_idle_timeout_secs: 1800,
         }
     }
 }
@@ -813,7 +816,7 @@ impl Config {
                 message: format!("must be between 1 and {MAX_JSON_DEPTH}"),
             });
         }
-        let positive: [(&'static str, u64); 39] = [
+        let positive: [(&'static str, u64); 40] = [
             ("audit.queue_capacity", self.audit.queue_capacity as u64),
             ("audit.batch_size", self.audit.batch_size as u64),
             ("audit.flush_interval_ms", self.audit.flush_interval_ms),
@@ -823,6 +826,7 @@ impl Config {
             ("http.shutdown_grace_ms", self.http.shutdown_grace_ms),
             ("http.header_read_timeout_ms", self.http.header_read_timeout_ms),
             ("http.idle_timeout_ms", self.http.idle_timeout_ms),
+            ("http.console_idle_timeout_secs", self.http.console_idle_timeout_secs),
             ("tls.reload_interval_ms", self.tls.reload_interval_ms),
             ("tls.handshake_timeout_ms", self.tls.handshake_timeout_ms),
             ("limits.max_body_bytes", self.limits.max_body_bytes as u64),
