@@ -271,6 +271,33 @@ pub async fn delete_resource(
     Ok(Redirect::to(&format!("/console/agents/{}/registry", agent.id)).into_response())
 }
 
+/// `POST …/template/delete`.
+pub async fn delete_template(
+    State(state): State<AppState>,
+    console: Console,
+    Path(id): Path<String>,
+    form: Form,
+) -> Result<Response> {
+    let agent = console.change(&state, &id, &form).await?;
+    let uri_template = form.get("uri_template").unwrap_or_default();
+    templates::delete_template(&state, &agent.id, uri_template, &console.actor()).await?;
+    Ok(Redirect::to(&format!("/console/agents/{}/registry", agent.id)).into_response())
+}
+
+/// `POST …/prompt/delete`.
+pub async fn delete_prompt(
+    State(state): State<AppState>,
+    console: Console,
+    Path(id): Path<String>,
+    form: Form,
+) -> Result<Response> {
+    let agent = console.change(&state, &id, &form).await?;
+    let raw = form.get("name").unwrap_or_default();
+    let name = PromptName::parse(raw).map_err(|_| ApiError::NotFound(format!("prompt {raw:?} does not exist")))?;
+    prompts::delete_prompt(&state, &agent.id, &name, &console.actor()).await?;
+    Ok(Redirect::to(&format!("/console/agents/{}/registry", agent.id)).into_response())
+}
+
 /// Runs one MCP method against the agent as its clients' requests do, with a stand-in for the key (the
 /// methods run here read nothing of it): the answer's result, pretty-printed, or its error.
 async fn as_client<M: McpMethod>(

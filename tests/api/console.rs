@@ -184,6 +184,11 @@ async fn console_security(backend: Backend) {
         assert!(page.body.contains("&lt;script&gt;") || page.body.contains("&lt;img"), "{path}: {}", page.body);
     }
 
+    // An agent may be called `console`: its MCP endpoint is still its own.
+    let key = crate::mcp_client::agent_with_key(&app, "console").await;
+    let ping = Mcp::new(&app, "console", &key).legacy("ping", json!({})).await;
+    assert_eq!(ping.status, StatusCode::OK, "{}", ping.body);
+
     // A registry key opens its own agent's registry and nothing else; an mcp key opens nothing.
     app.create_agent("own").await;
     app.create_agent("other").await;
@@ -333,10 +338,42 @@ async fn console_changes_are_the_admin_apis(backend: Backend) {
     let tree = browser.get("/console/agents/bot/registry").await;
     assert!(tree.body.contains("<details") && tree.body.contains("pixel.png"), "{}", tree.body);
 
+    // Deletes, through the same functions.
+    let extra = [("uri_template", "test://extra/{x}"), ("name", "extra")];
+    browser.change("/console/agents/bot/template", "/console/agents/bot/template", &extra).await;
+    let gone = browser
+        .change(
+            "/console/agents/bot/template",
+            "/console/agents/bot/template/delete",
+            &[("uri_template", "test://extra/{x}")],
+        )
+        .await;
+    assert_eq!(gone.status, StatusCode::SEE_OTHER, "{}", gone.body);
+    let again = browser
+        .change(
+            "/console/agents/bot/template",
+            "/console/agents/bot/template/delete",
+            &[("uri_template", "test://extra/{x}")],
+        )
+        .await;
+    assert_eq!(again.status, StatusCode::NOT_FOUND);
+    let extra = [("name", "extra"), ("messages", r#"[{"role": "user", "content": {"type": "text", "text": "x"}}]"#)];
+    browser.change("/console/agents/bot/prompt", "/console/agents/bot/prompt", &extra).await;
+    let gone =
+        browser.change("/console/agents/bot/prompt", "/console/agents/bot/prompt/delete", &[("name", "extra")]).await;
+    assert_eq!(gone.status, StatusCode::SEE_OTHER, "{}", gone.body);
+    crate::mcp_client::after_write(backend, "the prompt deleted", || async {
+        let listed = mcp.legacy("prompts/list", json!({})).await;
+        let names: Vec<String> =
+            listed.result()["prompts"].as_array().unwrap().iter().map(|p| str_of(p, "name").to_owned()).collect();
+        (names == ["research"]).then_some(())
+    })
+    .await;
+
     // Every change is in the audit log, with the console as the channel.
     let records = audit_of(&app, "bot").await;
     let actors: Vec<&str> = records.iter().filter(|r| r["kind"] == "admin").map(|r| str_of(r, "actor")).collect();
-    assert!(actors.len() >= 7, "{records:?}");
+    assert!(actors.len() >= 11, "{records:?}");
     assert!(actors.iter().all(|actor| *actor == "console:operator"), "{actors:?}");
     let audit = browser.get("/console/audit?agent=bot&method=resource.put").await;
     assert!(audit.body.contains("resource.put") && !audit.body.contains("agent.create"), "{}", audit.body);
