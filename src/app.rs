@@ -151,9 +151,13 @@ impl Application {
             None
         };
         let oauth_pruner = oauth_server.as_ref().map(|server| server.start_pruning());
+        let console = Arc::new(crate::console::session::ConsoleSessions::new(std::time::Duration::from_secs(
+            config.http.console_idle_timeout_secs,
+        )));
         let state = AppState::new(Shared {
             renders,
             oauth,
+            console,
             config: Arc::new(config),
             store,
             bus,

@@ -125,6 +125,8 @@ pub struct HttpConfig {
     /// `http://` (`https://` with `[tls]`) and the bound address, fit for local use only. Never taken from
     /// a request's `Host`.
     pub public_url: Option<String>,
+    /// How long a console session (`/console/`) lasts without a request before it must sign in again.
+    pub console_idle_timeout_secs: u64,
 }
 
 impl Default for HttpConfig {
@@ -139,6 +141,7 @@ impl Default for HttpConfig {
             max_connections: 16_384,
             max_connections_per_address: 512,
             public_url: None,
+            console_idle_timeout_secs: 1800,
         }
     }
 }
@@ -821,7 +824,7 @@ impl Config {
                 message: format!("must be between 1 and {MAX_JSON_DEPTH}"),
             });
         }
-        let positive: [(&'static str, u64); 39] = [
+        let positive: [(&'static str, u64); 40] = [
             ("audit.queue_capacity", self.audit.queue_capacity as u64),
             ("audit.batch_size", self.audit.batch_size as u64),
             ("audit.flush_interval_ms", self.audit.flush_interval_ms),
@@ -831,6 +834,7 @@ impl Config {
             ("http.shutdown_grace_ms", self.http.shutdown_grace_ms),
             ("http.header_read_timeout_ms", self.http.header_read_timeout_ms),
             ("http.idle_timeout_ms", self.http.idle_timeout_ms),
+            ("http.console_idle_timeout_secs", self.http.console_idle_timeout_secs),
             ("tls.reload_interval_ms", self.tls.reload_interval_ms),
             ("tls.handshake_timeout_ms", self.tls.handshake_timeout_ms),
             ("limits.max_body_bytes", self.limits.max_body_bytes as u64),

@@ -13,6 +13,7 @@
 //!   authentication and health endpoints.
 //! - [`tls`]: native TLS on the public listener; certificates reloaded when their files change.
 //! - [`admin`]: the REST admin API under `/admin/v1` and its OpenAPI document.
+//! - [`console`]: the web console at `/console/`, server-rendered over the admin API's functions.
 //! - [`mcp`]: the MCP endpoint `/{agent_id}/mcp`, both protocol eras; its module doc follows one request.
 //! - [`oauth`]: OAuth 2.1 on the MCP endpoint: metadata documents, access tokens (built-in or external
 //!   authorization server) resolved to the key each acts as.
@@ -49,6 +50,8 @@ pub mod client;
 pub mod config;
 /// The effective configuration with each value's source (`hivegate config check`).
 pub mod config_report;
+/// The web console at `/console/`: server-rendered pages over the admin API's functions.
+pub mod console;
 /// Parse-don't-validate domain types.
 pub mod domain;
 /// The admin API's problem+json error.

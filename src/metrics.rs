@@ -237,6 +237,14 @@ where
     }
 }
 
+impl<S: Clone + Hash + Eq> Resolved<S, Counter> {
+    /// The sum of the counters whose labels pass `include`: the console's overview reads the figures
+    /// `/metrics` exports.
+    pub fn total(&self, include: impl Fn(&S) -> bool) -> u64 {
+        self.metrics.iter().filter(|entry| include(entry.key())).map(|entry| entry.value().get()).sum()
+    }
+}
+
 /// Every metric hivegate exports, per application.
 pub struct Metrics {
     registry: Mutex<Registry>,

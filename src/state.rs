@@ -63,6 +63,8 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// This replica's rate limiters.
     pub guard: Arc<Guard>,
+    /// The console's signed-in sessions on this replica ([`crate::console::session`]).
+    pub console: Arc<crate::console::session::ConsoleSessions>,
     /// Turns for the renders and compiles that run on the blocking pool, so one agent queues behind itself.
     pub renders: Arc<crate::mcp::render_gate::RenderGate>,
 }

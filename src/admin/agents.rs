@@ -11,7 +11,7 @@ use super::extract::{JsonBody, present};
 use super::page::{Page, PageQuery};
 use crate::domain::AgentId;
 use crate::domain::limits::{Field, FieldLimits};
-use crate::domain::model::{Agent, AgentPatch, NewAgent, RateLimit, RateLimitPatch};
+use crate::domain::model::{Actor, Agent, AgentPatch, NewAgent, RateLimit, RateLimitPatch};
 use crate::error::{ApiError, Problem};
 use crate::registry::cursor::ListKind;
 use crate::state::AppState;
@@ -206,11 +206,7 @@ pub async fn create(
     access: OperatorAccess,
     JsonBody(body): JsonBody<CreateAgent>,
 ) -> Result<Response, ApiError> {
-    let new = body.into_new(&state.config.limits.fields())?;
-    let agent = state.store.create_agent(&new, &access.actor).await.map_err(|error| match error {
-        StoreError::Conflict => ApiError::Conflict(format!("agent {:?} already exists", new.id.as_str())),
-        other => other.into(),
-    })?;
+    let agent = create_agent(&state, body, &access.actor).await?;
     let location = format!("/admin/v1/agents/{}", agent.id);
     Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(agent)).into_response())
 }
@@ -255,9 +251,7 @@ pub async fn patch(
     access: ManagedAgent,
     JsonBody(body): JsonBody<PatchAgent>,
 ) -> Result<Json<Agent>, ApiError> {
-    let patch = body.into_patch(&state.config.limits.fields())?;
-    let agent = state.store.update_agent(&access.agent.id, &patch, &access.actor).await.map_err(agent_missing)?;
-    Ok(Json(agent))
+    Ok(Json(patch_agent(&state, &access.agent.id, body, &access.actor).await?))
 }
 
 /// Delete an agent with its keys, registry and streams.
@@ -268,8 +262,33 @@ pub async fn patch(
                (status = 404, description = "No such agent", body = Problem, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "admin.delete_agent", skip_all, fields(agent = %access.agent.id))]
 pub async fn delete(State(state): State<AppState>, access: ManagedAgent) -> Result<StatusCode, ApiError> {
-    state.store.delete_agent(&access.agent.id, &access.actor).await.map_err(agent_missing)?;
+    delete_agent(&state, &access.agent.id, &access.actor).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Validates a new agent and commits it with its event and audit rows: `POST /agents` and the console.
+pub async fn create_agent(state: &AppState, body: CreateAgent, actor: &Actor) -> Result<Agent, ApiError> {
+    let new = body.into_new(&state.config.limits.fields())?;
+    state.store.create_agent(&new, actor).await.map_err(|error| match error {
+        StoreError::Conflict => ApiError::Conflict(format!("agent {:?} already exists", new.id.as_str())),
+        other => other.into(),
+    })
+}
+
+/// Validates a merge-patch of an agent and commits it: `PATCH /agents/{agent_id}` and the console.
+pub async fn patch_agent(
+    state: &AppState,
+    agent: &AgentId,
+    body: PatchAgent,
+    actor: &Actor,
+) -> Result<Agent, ApiError> {
+    let patch = body.into_patch(&state.config.limits.fields())?;
+    state.store.update_agent(agent, &patch, actor).await.map_err(agent_missing)
+}
+
+/// Deletes an agent with its keys, registry and streams: `DELETE /agents/{agent_id}` and the console.
+pub async fn delete_agent(state: &AppState, agent: &AgentId, actor: &Actor) -> Result<(), ApiError> {
+    state.store.delete_agent(agent, actor).await.map_err(agent_missing)
 }
 
 fn agent_missing(error: StoreError) -> ApiError {

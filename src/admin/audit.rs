@@ -35,6 +35,8 @@ fn filter(params: &QueryParams) -> Result<AuditFilter, ApiError> {
         since: time("since")?,
         until: time("until")?,
         method: given("method")?.map(str::to_owned),
+        key: given("key")?.map(str::to_owned),
+        outcome: given("outcome")?.map(str::to_owned),
     })
 }
 
@@ -51,6 +53,10 @@ struct AuditQuery {
     until: Option<String>,
     /// The MCP method, or the admin action (e.g. `resource.put`).
     method: Option<String>,
+    /// MCP requests made with this key (its id or its prefix).
+    key: Option<String>,
+    /// MCP requests with this outcome: `ok` or `error`.
+    outcome: Option<String>,
 }
 
 /// List audit records.
@@ -72,8 +78,13 @@ pub async fn list(
     _access: OperatorAccess,
     params: QueryParams,
 ) -> Result<Json<Page<AuditRecord>>, ApiError> {
-    let filter = filter(&params)?;
-    let page = PageQuery::from_params(&params)?;
+    Ok(Json(list_page(&state, &params).await?))
+}
+
+/// A page of audit records for the query's filters and cursor: `GET /audit` and the console.
+pub(crate) async fn list_page(state: &AppState, params: &QueryParams) -> Result<Page<AuditRecord>, ApiError> {
+    let filter = filter(params)?;
+    let page = PageQuery::from_params(params)?;
     let scope = filter.agent.as_ref().map(AgentId::as_str).unwrap_or("");
     let after = match page.after(&state.cursors, ListKind::Audit, scope)? {
         // A cursor is authenticated, so a key that is not a position was issued before cursors carried one.
@@ -81,7 +92,7 @@ pub async fn list(
         None => None,
     };
     let rows = state.store.list_audit(&filter, after.as_ref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Audit, scope, |record| AuditPosition::of(record).to_key())))
+    Ok(Page::from_rows(rows, &page, state, ListKind::Audit, scope, |record| AuditPosition::of(record).to_key()))
 }
 
 /// Records per database query while exporting.
@@ -102,7 +113,12 @@ pub async fn export(
     _access: OperatorAccess,
     params: QueryParams,
 ) -> Result<Response, ApiError> {
-    let filter = filter(&params)?;
+    export_response(state, &params)
+}
+
+/// Every record matching the query's filters as NDJSON, streamed: `GET /audit/export` and the console.
+pub(crate) fn export_response(state: AppState, params: &QueryParams) -> Result<Response, ApiError> {
+    let filter = filter(params)?;
     // Streamed page by page (keyset on the last record sent), so an export of any size holds one page.
     let pages = futures::stream::try_unfold(Some(None::<AuditPosition>), move |after| {
         let (state, filter) = (state.clone(), filter.clone());

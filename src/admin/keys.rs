@@ -14,9 +14,9 @@ use super::agents::{RateLimitBody, check_rate_limit};
 use super::extract::{JsonBody, PathParams, present};
 use super::page::{Page, PageQuery};
 use crate::domain::limits::Field;
-use crate::domain::model::{KeyPatch, KeyRecord, NewKey, RateLimit};
+use crate::domain::model::{Actor, KeyPatch, KeyRecord, NewKey, RateLimit};
 use crate::domain::time::Timestamp;
-use crate::domain::{ApiKey, Scope};
+use crate::domain::{AgentId, ApiKey, Scope};
 use crate::error::{ApiError, Problem};
 use crate::registry::cursor::ListKind;
 use crate::state::AppState;
@@ -126,34 +126,7 @@ pub async fn create(
     access: ManagedAgent,
     JsonBody(body): JsonBody<CreateKey>,
 ) -> Result<Response, ApiError> {
-    let (scopes, expires_at) = body.check(Timestamp::now())?;
-    state.config.limits.fields().text(Field::Name, "name", body.name.as_deref())?;
-    let key = ApiKey::generate();
-    let new = NewKey {
-        id: uuid::Uuid::now_v7().to_string(),
-        agent_id: access.agent.id.clone(),
-        name: body.name,
-        prefix: key.display_prefix(),
-        digest: state.hasher.digest(key.expose()).to_hex(),
-        scopes,
-        expires_at,
-        rate_limit: body.rate_limit,
-    };
-    let record = state.store.create_key(&new, &access.actor).await.map_err(|error| match error {
-        StoreError::NotFound => ApiError::NotFound("the agent does not exist".to_owned()),
-        other => other.into(),
-    })?;
-    tracing::info!(key_id = %record.id, "key created");
-    let created = CreatedKey {
-        id: record.id,
-        name: record.name,
-        prefix: record.prefix,
-        scopes: record.scopes,
-        created_at: record.created_at,
-        expires_at: record.expires_at,
-        rate_limit: record.rate_limit,
-        key: key.expose().to_owned(),
-    };
+    let created = create_key(&state, &access.agent.id, body, &access.actor).await?;
     // The answer holds the only copy of the key: no cache may keep it.
     Ok((StatusCode::CREATED, [(axum::http::header::CACHE_CONTROL, "no-store")], Json(created)).into_response())
 }
@@ -194,16 +167,7 @@ pub async fn patch(
     JsonBody(body): JsonBody<PatchKey>,
 ) -> Result<Json<KeyRecord>, ApiError> {
     let key_id = path.get("key_id")?;
-    if let Some(Some(name)) = &body.name {
-        state.config.limits.fields().text(Field::Name, "name", Some(name))?;
-    }
-    let patch = body.into_patch()?;
-    let record = state.store.update_key(&access.agent.id, key_id, &patch, &access.actor).await;
-    let record = record.map_err(|error| match error {
-        StoreError::Conflict => ApiError::Conflict(format!("key {key_id:?} is revoked; a revoked key cannot change")),
-        other => key_missing(other, key_id),
-    })?;
-    Ok(Json(record))
+    Ok(Json(patch_key(&state, &access.agent.id, key_id, body, &access.actor).await?))
 }
 
 /// Revoke a key: it is refused from the next request on, on every replica.
@@ -218,10 +182,69 @@ pub async fn revoke(
     access: ManagedAgent,
     path: PathParams,
 ) -> Result<StatusCode, ApiError> {
-    let key_id = path.get("key_id")?;
-    let revoked = state.store.revoke_key(&access.agent.id, key_id, &access.actor).await;
-    revoked.map_err(|error| key_missing(error, key_id))?;
+    revoke_key(&state, &access.agent.id, path.get("key_id")?, &access.actor).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Validates a new key, generates it and commits its digest with the audit row: `POST .../keys` and the
+/// console. The answer holds the only copy of the plain key.
+pub async fn create_key(
+    state: &AppState,
+    agent: &AgentId,
+    body: CreateKey,
+    actor: &Actor,
+) -> Result<CreatedKey, ApiError> {
+    let (scopes, expires_at) = body.check(Timestamp::now())?;
+    state.config.limits.fields().text(Field::Name, "name", body.name.as_deref())?;
+    let key = ApiKey::generate();
+    let new = NewKey {
+        id: uuid::Uuid::now_v7().to_string(),
+        agent_id: agent.clone(),
+        name: body.name,
+        prefix: key.display_prefix(),
+        digest: state.hasher.digest(key.expose()).to_hex(),
+        scopes,
+        expires_at,
+        rate_limit: body.rate_limit,
+    };
+    let record = state.store.create_key(&new, actor).await.map_err(|error| match error {
+        StoreError::NotFound => ApiError::NotFound("the agent does not exist".to_owned()),
+        other => other.into(),
+    })?;
+    tracing::info!(key_id = %record.id, "key created");
+    Ok(CreatedKey {
+        id: record.id,
+        name: record.name,
+        prefix: record.prefix,
+        scopes: record.scopes,
+        created_at: record.created_at,
+        expires_at: record.expires_at,
+        rate_limit: record.rate_limit,
+        key: key.expose().to_owned(),
+    })
+}
+
+/// Validates a merge-patch of a key and commits it: `PATCH .../keys/{key_id}` and the console.
+pub async fn patch_key(
+    state: &AppState,
+    agent: &AgentId,
+    key_id: &str,
+    body: PatchKey,
+    actor: &Actor,
+) -> Result<KeyRecord, ApiError> {
+    if let Some(Some(name)) = &body.name {
+        state.config.limits.fields().text(Field::Name, "name", Some(name))?;
+    }
+    let patch = body.into_patch()?;
+    state.store.update_key(agent, key_id, &patch, actor).await.map_err(|error| match error {
+        StoreError::Conflict => ApiError::Conflict(format!("key {key_id:?} is revoked; a revoked key cannot change")),
+        other => key_missing(other, key_id),
+    })
+}
+
+/// Revokes a key, on every replica from its next request: `DELETE .../keys/{key_id}` and the console.
+pub async fn revoke_key(state: &AppState, agent: &AgentId, key_id: &str, actor: &Actor) -> Result<(), ApiError> {
+    state.store.revoke_key(agent, key_id, actor).await.map_err(|error| key_missing(error, key_id))
 }
 
 /// The store's `NotFound` for a key of the path's agent as a 404 naming it.

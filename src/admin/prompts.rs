@@ -13,14 +13,14 @@ use super::access::RegistryAccess;
 use super::extract::{JsonBody, PathParams};
 use super::page::{Page, PageQuery};
 use super::resources::{agent_gone, upsert_status};
-use crate::domain::PromptName;
 use crate::domain::limits::{Field, FieldLimits};
-use crate::domain::model::{NewPrompt, Prompt, PromptArgument, PromptMessage};
+use crate::domain::model::{Actor, NewPrompt, Prompt, PromptArgument, PromptMessage};
 use crate::domain::prompt;
+use crate::domain::{AgentId, PromptName};
 use crate::error::{ApiError, Problem};
 use crate::registry::cursor::ListKind;
 use crate::state::AppState;
-use crate::store::StoreError;
+use crate::store::{StoreError, Upserted};
 
 /// A prompt to create or replace; the name is in the path.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -79,8 +79,7 @@ pub async fn put(
     JsonBody(body): JsonBody<PromptBody>,
 ) -> Result<Response, ApiError> {
     let name = PromptName::parse(path.get("name")?)?;
-    let new = body.into_new(name, &state.config.limits.fields())?;
-    let upserted = state.store.put_prompt(&access.agent, &new, &access.actor).await.map_err(agent_gone)?;
+    let upserted = put_prompt(&state, &access.agent, name, body, &access.actor).await?;
     let status = upsert_status(upserted.created);
     if upserted.created {
         let location = format!("/admin/v1/agents/{}/prompts/{}", access.agent, upserted.item.name);
@@ -137,9 +136,30 @@ pub async fn delete(
     access: RegistryAccess,
     path: PathParams,
 ) -> Result<StatusCode, ApiError> {
-    let name = path_name(&path)?;
-    state.store.delete_prompt(&access.agent, &name, &access.actor).await.map_err(prompt_missing(&name))?;
+    delete_prompt(&state, &access.agent, &path_name(&path)?, &access.actor).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Validates a prompt (its templates compiled) and commits it: `PUT .../prompts/{name}` and the console.
+pub async fn put_prompt(
+    state: &AppState,
+    agent: &AgentId,
+    name: PromptName,
+    body: PromptBody,
+    actor: &Actor,
+) -> Result<Upserted<Prompt>, ApiError> {
+    let new = body.into_new(name, &state.config.limits.fields())?;
+    state.store.put_prompt(agent, &new, actor).await.map_err(agent_gone)
+}
+
+/// Deletes a prompt: `DELETE .../prompts/{name}` and the console.
+pub async fn delete_prompt(
+    state: &AppState,
+    agent: &AgentId,
+    name: &PromptName,
+    actor: &Actor,
+) -> Result<(), ApiError> {
+    state.store.delete_prompt(agent, name, actor).await.map_err(prompt_missing(name))
 }
 
 #[cfg(test)]

@@ -15,15 +15,15 @@ use serde_json::Value;
 use super::access::RegistryAccess;
 use super::extract::{JsonBody, QueryParams};
 use super::page::{Page, PageQuery};
-use crate::domain::ResourceUri;
 use crate::domain::content::{validate_annotations, validate_base64, validate_meta};
 use crate::domain::limits::{Field, FieldLimits};
-use crate::domain::model::{Content, NewResource, Resource};
+use crate::domain::model::{Actor, Content, NewResource, Resource};
+use crate::domain::{AgentId, ResourceUri};
 use crate::error::{ApiError, Problem};
 use crate::metrics::Limit;
 use crate::registry::cursor::ListKind;
 use crate::state::AppState;
-use crate::store::StoreError;
+use crate::store::{StoreError, Upserted};
 
 /// A resource to create or replace, keyed by `uri`, with exactly one of `text` or `blob`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -148,8 +148,7 @@ pub async fn put(
     access: RegistryAccess,
     JsonBody(body): JsonBody<ResourceBody>,
 ) -> Result<(StatusCode, Json<Resource>), ApiError> {
-    let resource = body.into_new(state.config.limits.max_resource_bytes, &state.config.limits.fields())?;
-    let upserted = state.store.put_resource(&access.agent, &resource, &access.actor).await.map_err(agent_gone)?;
+    let upserted = put_resource(&state, &access.agent, body, &access.actor).await?;
     Ok((upsert_status(upserted.created), Json(upserted.item)))
 }
 
@@ -206,15 +205,30 @@ pub async fn delete(
     access: RegistryAccess,
     query: QueryParams,
 ) -> Result<StatusCode, ApiError> {
-    let uri = query.require("uri")?;
+    delete_resource(&state, &access.agent, query.require("uri")?, &access.actor).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Validates a resource and commits it with its event and audit rows: `PUT .../resources` and the console.
+pub async fn put_resource(
+    state: &AppState,
+    agent: &AgentId,
+    body: ResourceBody,
+    actor: &Actor,
+) -> Result<Upserted<Resource>, ApiError> {
+    let resource = body.into_new(state.config.limits.max_resource_bytes, &state.config.limits.fields())?;
+    state.store.put_resource(agent, &resource, actor).await.map_err(agent_gone)
+}
+
+/// Deletes a resource: `DELETE .../resources?uri=` and the console.
+pub async fn delete_resource(state: &AppState, agent: &AgentId, uri: &str, actor: &Actor) -> Result<(), ApiError> {
     let missing = || ApiError::NotFound(format!("resource {uri:?} does not exist"));
     // A value that cannot be a URI is invalid (422), not absent.
     let uri = ResourceUri::parse(uri)?;
-    state.store.delete_resource(&access.agent, &uri, &access.actor).await.map_err(|error| match error {
+    state.store.delete_resource(agent, &uri, actor).await.map_err(|error| match error {
         StoreError::NotFound => missing(),
         other => other.into(),
-    })?;
-    Ok(StatusCode::NO_CONTENT)
+    })
 }
 
 /// A `NotFound` from an upsert means the agent went away after the access check.

@@ -14,15 +14,15 @@ use super::access::RegistryAccess;
 use super::extract::{JsonBody, QueryParams};
 use super::page::{Page, PageQuery};
 use super::resources::{agent_gone, check_mime_type, upsert_status};
-use crate::domain::UriTemplate;
 use crate::domain::content::validate_annotations;
 use crate::domain::limits::{Field, FieldLimits};
-use crate::domain::model::{NewResourceTemplate, ResourceTemplate};
+use crate::domain::model::{Actor, NewResourceTemplate, ResourceTemplate};
 use crate::domain::render;
+use crate::domain::{AgentId, UriTemplate};
 use crate::error::{ApiError, Problem};
 use crate::registry::cursor::ListKind;
 use crate::state::AppState;
-use crate::store::StoreError;
+use crate::store::{StoreError, Upserted};
 
 /// A resource template to create or replace, keyed by `uriTemplate`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -98,8 +98,7 @@ pub async fn put(
     access: RegistryAccess,
     JsonBody(body): JsonBody<TemplateBody>,
 ) -> Result<(StatusCode, Json<ResourceTemplate>), ApiError> {
-    let template = body.into_new(&state.config.limits.fields())?;
-    let upserted = state.store.put_template(&access.agent, &template, &access.actor).await.map_err(agent_gone)?;
+    let upserted = put_template(&state, &access.agent, body, &access.actor).await?;
     Ok((upsert_status(upserted.created), Json(upserted.item)))
 }
 
@@ -134,12 +133,33 @@ pub async fn delete(
     access: RegistryAccess,
     query: QueryParams,
 ) -> Result<StatusCode, ApiError> {
-    let uri_template = query.require("uriTemplate")?;
-    state.store.delete_template(&access.agent, uri_template, &access.actor).await.map_err(|error| match error {
+    delete_template(&state, &access.agent, query.require("uriTemplate")?, &access.actor).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Validates a resource template (its text compiled) and commits it: `PUT .../resource-templates` and the
+/// console.
+pub async fn put_template(
+    state: &AppState,
+    agent: &AgentId,
+    body: TemplateBody,
+    actor: &Actor,
+) -> Result<Upserted<ResourceTemplate>, ApiError> {
+    let template = body.into_new(&state.config.limits.fields())?;
+    state.store.put_template(agent, &template, actor).await.map_err(agent_gone)
+}
+
+/// Deletes a resource template: `DELETE .../resource-templates?uriTemplate=` and the console.
+pub async fn delete_template(
+    state: &AppState,
+    agent: &AgentId,
+    uri_template: &str,
+    actor: &Actor,
+) -> Result<(), ApiError> {
+    state.store.delete_template(agent, uri_template, actor).await.map_err(|error| match error {
         StoreError::NotFound => ApiError::NotFound(format!("resource template {uri_template:?} does not exist")),
         other => other.into(),
-    })?;
-    Ok(StatusCode::NO_CONTENT)
+    })
 }
 
 #[cfg(test)]

@@ -303,6 +303,10 @@ pub struct AuditFilter {
     pub until: Option<Timestamp>,
     /// The MCP method, or for admin changes the action (e.g. `resource.put`).
     pub method: Option<String>,
+    /// MCP requests made with this key: its id or its prefix.
+    pub key: Option<String>,
+    /// MCP requests with this outcome (`ok` or `error`).
+    pub outcome: Option<String>,
 }
 
 /// The audit record's text fields: a string of up to 24 bytes (a method, an agent id, an outcome, an

@@ -54,6 +54,9 @@ pub fn router(state: AppState) -> Router {
         routes = with_reference(routes.nest("/admin/v1", admin(&state, crate::guard::admin_gate)));
     }
     routes = routes.route("/", get(move || async move { page::landing(with_admin) }));
+    if with_admin {
+        routes = routes.merge(crate::console::router(state.config.tls.enabled()));
+    }
     if !separate_operator {
         routes = routes.route("/metrics", get(crate::metrics::handler));
     }
@@ -90,7 +93,8 @@ pub fn operator_router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(crate::metrics::handler))
         .nest("/admin/v1", admin(&state, crate::guard::operator_admin_gate))
-        .route("/", get(|| async { page::landing(true) }));
+        .route("/", get(|| async { page::landing(true) }))
+        .merge(crate::console::router(false));
     with_layers(with_reference(routes), state)
 }
 

@@ -38,7 +38,7 @@ pub fn landing(with_admin: bool) -> Response {
              <a href=\"{DOCUMENT_PATH}\">{DOCUMENT_PATH}</a>)</li>\n"
         )
     } else {
-        "<li>The admin API and its reference are served on the operator listener.</li>\n".to_owned()
+        "<li>The admin API, its reference and the console are served on the operator listener.</li>\n".to_owned()
     };
     let body = format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
@@ -49,11 +49,12 @@ pub fn landing(with_admin: bool) -> Response {
          <li>MCP endpoint of an agent: <code>/{{agent_id}}/mcp</code> (Streamable HTTP; send its key as \
          <code>X-Agent-API-Key</code> or <code>Authorization: Bearer</code>)</li>\n\
          {reference}\
-         <li><a href=\"/console/\">Console</a></li>\n\
+         {console}\
          <li>Health: <a href=\"/healthz\">/healthz</a> (alive) and <a href=\"/readyz\">/readyz</a> (database \
          reachable)</li>\n\
          </ul>\n</body>\n</html>\n",
         version = env!("CARGO_PKG_VERSION"),
+        console = if with_admin { "<li><a href=\"/console/\">Console</a></li>\n" } else { "" },
     );
     html(body.into_bytes(), LANDING_POLICY)
 }

@@ -24,6 +24,8 @@ pub(super) struct Handle {
     pub(super) key_id: String,
     pub(super) kind: Kind,
     pub(super) shared: Arc<Shared>,
+    /// When the stream opened (the console's live page shows it).
+    pub(super) opened_at: crate::domain::time::Timestamp,
     /// Dropping it (removing the handle) closes the stream once it has drained its queue.
     pub(super) queue: mpsc::Sender<Arc<EventFrames>>,
 }

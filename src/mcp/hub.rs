@@ -83,6 +83,20 @@ pub enum Kind {
     Modern { listen_id: Value },
 }
 
+/// One open stream as the console's live page shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StreamView {
+    /// `legacy` (a session's `GET` stream) or `modern` (a `subscriptions/listen` stream).
+    pub era: &'static str,
+    pub key_id: String,
+    pub opened_at: crate::domain::time::Timestamp,
+    /// Whether it gets the resource and prompt list changes.
+    pub resources_list: bool,
+    pub prompts_list: bool,
+    /// The URIs it gets `notifications/resources/updated` for.
+    pub subscriptions: Vec<String>,
+}
+
 /// Every stream of this replica.
 pub struct Hub {
     store: Arc<dyn Store>,
@@ -194,7 +208,13 @@ impl Hub {
         // The queue holds shared frames (a pointer each); its capacity is how far a reader may fall behind.
         let (sender, receiver) = mpsc::channel(self.queue_capacity);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let handle = Handle { key_id: key_id.to_owned(), kind, shared: shared.clone(), queue: sender };
+        let handle = Handle {
+            key_id: key_id.to_owned(),
+            kind,
+            shared: shared.clone(),
+            opened_at: crate::domain::time::Timestamp::now(),
+            queue: sender,
+        };
         let entry = loop {
             let entry = self.entry(agent);
             let mut inner = entry.lock();
@@ -254,6 +274,34 @@ impl Hub {
     /// Open streams on this replica (for metrics and tests).
     pub fn open_streams(&self) -> usize {
         self.agents.iter().map(|entry| entry.lock().streams.len()).sum()
+    }
+
+    /// The agent's streams open on this replica, oldest first: what the console's live page shows.
+    pub fn streams_of(&self, agent: &AgentId) -> Vec<StreamView> {
+        let Some(entry) = self.agents.get(agent).map(|entry| entry.clone()) else { return Vec::new() };
+        let inner = entry.lock();
+        let mut streams: Vec<StreamView> = inner
+            .streams
+            .values()
+            .map(|handle| {
+                let interest = handle.shared.interest();
+                let mut subscriptions: Vec<String> = interest.uris.iter().cloned().collect();
+                subscriptions.sort();
+                StreamView {
+                    era: match &handle.kind {
+                        Kind::Legacy { .. } => "legacy",
+                        Kind::Modern { .. } => "modern",
+                    },
+                    key_id: handle.key_id.clone(),
+                    opened_at: handle.opened_at,
+                    resources_list: interest.resources_list,
+                    prompts_list: interest.prompts_list,
+                    subscriptions,
+                }
+            })
+            .collect();
+        streams.sort_by_key(|stream| stream.opened_at);
+        streams
     }
 
     /// Shutdown: refuses new streams and closes every open one (legacy streams end, so their clients

@@ -18,7 +18,8 @@ both!(
     certificates_are_served_and_reloaded,
     tls_start_up_errors_name_the_file,
     healthcheck_over_tls,
-    slow_handshakes_hold_up_no_one
+    slow_handshakes_hold_up_no_one,
+    console_cookie_is_secure_over_tls
 );
 
 /// A self-signed certificate for `localhost` and 127.0.0.1, and its key, in PEM and DER.
@@ -355,4 +356,23 @@ async fn slow_handshakes_hold_up_no_one(backend: Backend) {
     let response = app.anon(Method::GET, "/readyz").send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     app.stop().await;
+}
+
+/// The console's session cookie is `Secure` on a listener that serves TLS.
+async fn console_cookie_is_secure_over_tls(backend: Backend) {
+    let certificate = TestCertificate::new();
+    let files = Files::new(&certificate);
+    let mut app = spawn_app_with(backend, |config| {
+        config.tls.cert_path = Some(files.cert());
+        config.tls.key_path = Some(files.key());
+    })
+    .await;
+    app.client = tls_client(&[&certificate]);
+    let signed_in =
+        app.anon(Method::POST, "/console/sign-in").form(&[("credential", OPERATOR_TOKEN)]).send().await.unwrap();
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap().to_owned();
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/console", "Secure"] {
+        assert!(cookie.split("; ").any(|part| part == flag), "{flag} missing from {cookie}");
+    }
 }

@@ -41,6 +41,10 @@ macro_rules! impl_store_methods {
                         && filter.method.as_deref().is_none_or(|method| {
                             record.method.as_deref().unwrap_or(&record.action) == method
                         })
+                        && filter.key.as_deref().is_none_or(|key| {
+                            record.key_id.as_deref() == Some(key) || record.key_prefix.as_deref() == Some(key)
+                        })
+                        && filter.outcome.as_deref().is_none_or(|outcome| record.outcome.as_deref() == Some(outcome))
                         && after.is_none_or(|after| {
                             (record.occurred_at, record.id.as_str()) < (after.occurred_at, after.id.as_str())
                         })
