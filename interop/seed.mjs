@@ -3,7 +3,8 @@
 // as a publishing agent would).
 //
 // Usage: node seed.mjs --base http://127.0.0.1:PORT --fixtures fixtures.json --out keys.json
-// The operator token comes from HIVEGATE_ADMIN_TOKEN. keys.json receives {"agent", "mcpKey", "registryKey"}.
+// The operator token comes from HIVEGATE_ADMIN_TOKEN. keys.json receives {"agent", "mcpKey", "mcpKeyId",
+// "registryKey"}.
 
 import { readFileSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -71,11 +72,11 @@ async function createKey(name, scopes) {
   if (typeof key?.key !== 'string' || !key.key.startsWith('bak_')) {
     die(`POST /admin/v1/agents/${agentId}/keys: the answer carries no "key" starting with bak_`);
   }
-  return key.key;
+  return key;
 }
 
-const mcpKey = await createKey('interop-clients', ['mcp']);
-const registryKey = await createKey('interop-publisher', ['registry']);
+const { key: mcpKey, id: mcpKeyId } = await createKey('interop-clients', ['mcp']);
+const { key: registryKey } = await createKey('interop-publisher', ['registry']);
 const asPublisher = { 'X-Agent-API-Key': registryKey };
 
 for (const resource of fixtures.resources) {
@@ -92,7 +93,7 @@ for (const [name, prompt] of Object.entries(fixtures.prompts)) {
   });
 }
 
-writeFileSync(args.out, JSON.stringify({ agent: agentId, mcpKey, registryKey }) + '\n', { mode: 0o600 });
+writeFileSync(args.out, JSON.stringify({ agent: agentId, mcpKey, mcpKeyId, registryKey }) + '\n', { mode: 0o600 });
 console.log(
   `seeded agent ${agentId}: ${fixtures.resources.length} resources, ` +
     `${fixtures.resourceTemplates.length} resource templates, ${Object.keys(fixtures.prompts).length} prompts`
