@@ -3,7 +3,9 @@
 # Debian's `postgresql` package first when no server binaries exist and this runs as root), exports
 # HIVEGATE_TEST_POSTGRES_URL, and removes it on exit. The cluster accepts TLS connections only, with a CA and
 # a server certificate for `localhost` made here with openssl, and the URL asks for `sslmode=verify-full`
-# (HIVEGATE_TEST_POSTGRES_TLS=1 is exported too: the TLS stories fail rather than skip). The sourcing script
+# (HIVEGATE_TEST_POSTGRES_TLS=1 is exported too: the TLS stories fail rather than skip). A role
+# `hivegate_cert` signs in with a client certificate only; HIVEGATE_TEST_POSTGRES_CLIENT_CERT and _KEY name its
+# files for the story that connects with it. The sourcing script
 # defines `fail MESSAGE...`.
 
 # The newest PostgreSQL server binaries (Debian's layout first, then PATH), or nothing.
@@ -44,7 +46,8 @@ stop_cluster() {
 }
 
 # A CA and a server certificate for `localhost` (and 127.0.0.1) it signs, valid for two days, in directory $1:
-# ca.crt, server.crt and server.key (readable by the cluster's owner only, as PostgreSQL requires).
+# ca.crt, server.crt and server.key (readable by the cluster's owner only, as PostgreSQL requires); and a
+# client certificate for the role `hivegate_cert` (client.crt, client.key), which may sign in with it only.
 make_certificates() {
     local dir="$1"
     command -v openssl >/dev/null || fail "openssl is needed to make the throwaway cluster's TLS certificates"
@@ -58,11 +61,19 @@ make_certificates() {
             printf '%s\n' "subjectAltName=DNS:localhost,IP:127.0.0.1" "basicConstraints=critical,CA:FALSE" \
                 "keyUsage=critical,digitalSignature" "extendedKeyUsage=serverAuth" >"$dir/server.ext" &&
             openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -set_serial 1 -days 2 \
-                -extfile "$dir/server.ext" -out "$dir/server.crt"
+                -extfile "$dir/server.ext" -out "$dir/server.crt" &&
+            openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -subj "/CN=hivegate_cert" \
+                -keyout "$dir/client.key" -out "$dir/client.csr" &&
+            printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature" \
+                "extendedKeyUsage=clientAuth" >"$dir/client.ext" &&
+            openssl x509 -req -in "$dir/client.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -set_serial 2 -days 2 \
+                -extfile "$dir/client.ext" -out "$dir/client.crt"
     } >"$dir/openssl.log" 2>&1 || { cat "$dir/openssl.log" >&2; fail "could not make the TLS certificates"; }
-    chmod 600 "$dir/server.key" "$dir/ca.key"
+    chmod 600 "$dir/server.key" "$dir/ca.key" "$dir/client.key"
     if [[ "$(id -u)" -eq 0 ]]; then
         chown -R postgres: "$dir"
+        # The tests read the client key as root; PostgreSQL never reads it.
+        chown root: "$dir/client.key"
     fi
 }
 
@@ -94,6 +105,8 @@ start_cluster() {
     make_certificates "$PG_DIR/tls"
     # Only TLS connections are accepted (hostssl), so a client that silently fell back to plain text fails.
     sed -i -E 's/^host([[:space:]])/hostssl\1/' "$PG_DIR/data/pg_hba.conf"
+    # The role hivegate_cert signs in with its client certificate only (the first matching line wins).
+    sed -i '1i hostssl all hivegate_cert all cert' "$PG_DIR/data/pg_hba.conf"
 
     # A free port: try random ones until the server starts on one (another process may take a port between
     # the check and the start, so the start itself is the real test).
@@ -104,10 +117,15 @@ start_cluster() {
             continue
         fi
         if as_owner "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 start \
-            -o "-h 127.0.0.1 -p $port -k $PG_DIR -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300 -c ssl=on -c ssl_cert_file=$PG_DIR/tls/server.crt -c ssl_key_file=$PG_DIR/tls/server.key" \
+            -o "-h 127.0.0.1 -p $port -k $PG_DIR -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300 -c ssl=on -c ssl_cert_file=$PG_DIR/tls/server.crt -c ssl_key_file=$PG_DIR/tls/server.key -c ssl_ca_file=$PG_DIR/tls/ca.crt" \
             >/dev/null 2>&1; then
             export HIVEGATE_TEST_POSTGRES_URL="postgres://postgres@localhost:$port/postgres?sslmode=verify-full&sslrootcert=$PG_DIR/tls/ca.crt"
             export HIVEGATE_TEST_POSTGRES_TLS=1
+            "$PG_BIN/psql" -qX "$HIVEGATE_TEST_POSTGRES_URL" -c "create role hivegate_cert login superuser" >/dev/null ||
+                fail "could not create the client certificate's role"
+            # The client certificate's files: its TLS story runs only where they are.
+            export HIVEGATE_TEST_POSTGRES_CLIENT_CERT="$PG_DIR/tls/client.crt"
+            export HIVEGATE_TEST_POSTGRES_CLIENT_KEY="$PG_DIR/tls/client.key"
             echo "${0##*/}: throwaway PostgreSQL ($("$PG_BIN/postgres" --version)) on localhost:$port over TLS (verify-full)" >&2
             return 0
         fi

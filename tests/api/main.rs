@@ -40,12 +40,12 @@ mod batch_tokens;
 mod cli;
 /// Connection hygiene: header-read and idle timeouts, connection caps, early refusals on keep-alive.
 mod connections;
-/// CORS on the MCP endpoint and the metadata documents.
-mod cors;
 /// The web console over HTTP: sessions, CSRF, inert names, confinement of keys, changes audited.
 mod console;
 /// The console in headless Chromium: every page's flow, screenshots, axe-core.
 mod console_browser;
+/// CORS on the MCP endpoint and the metadata documents.
+mod cors;
 /// Fault injection between hivegate and PostgreSQL.
 mod faults;
 /// Every field a key writes has a size limit; list pages are bounded by bytes.

@@ -84,3 +84,55 @@ async fn a_server_certificate_the_root_certificate_did_not_sign_stops_start_up()
     assert!(error.contains("connecting to the database"), "{error}");
     assert!(error.to_lowercase().contains("certificate"), "the certificate is not named: {error}");
 }
+
+/// The client certificate of `scripts/postgres.sh`'s cluster, whose role signs in with it only: its
+/// certificate and key files, when the cluster made them.
+fn client_certificate() -> Option<(String, String)> {
+    let cert = std::env::var("HIVEGATE_TEST_POSTGRES_CLIENT_CERT").ok()?;
+    let key = std::env::var("HIVEGATE_TEST_POSTGRES_CLIENT_KEY").ok()?;
+    Some((cert, key))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_in_the_url_signs_in_where_the_server_requires_one() {
+    if !server_url_requires_tls() {
+        return;
+    }
+    let Some((cert, key)) = client_certificate() else {
+        assert!(
+            std::env::var_os(REQUIRE_TLS_ENV).is_none() || !postgres_server_url().contains("localhost"),
+            "the throwaway cluster of scripts/postgres.sh names its client certificate"
+        );
+        eprintln!("note: no client certificate for the test server; skipping the client certificate story");
+        return;
+    };
+    let db = TestDatabase::new(Backend::Postgres).await;
+    // The role that signs in with its certificate only (`cert` in pg_hba.conf).
+    let as_cert_role = db.url().replacen("postgres://postgres@", "postgres://hivegate_cert@", 1);
+    assert_ne!(as_cert_role, db.url(), "the test database's URL names the postgres role");
+
+    // Without the certificate the server refuses the role: start-up stops and says so.
+    let mut config = test_config(&db);
+    config.database_url = hivegate::config::DatabaseUrl::new(&as_cert_role);
+    config.database.startup_timeout_secs = 0;
+    if hivegate::app::Application::build(config).await.is_ok() {
+        panic!("the role that needs a client certificate signed in without one");
+    }
+
+    // With `sslcert` and `sslkey` it signs in, migrates and serves.
+    let url = format!("{as_cert_role}&sslcert={cert}&sslkey={key}");
+    let mut config = test_config(&db);
+    config.database_url = hivegate::config::DatabaseUrl::new(&url);
+    let app = hivegate::app::Application::build(config).await.expect("signed in with the client certificate");
+    let store = app.state().store.clone();
+    store.ping().await.expect("the store answers");
+    let rows: Vec<(String, bool)> = sqlx::query_as(
+        "select a.usename::text, s.ssl from pg_stat_activity a join pg_stat_ssl s using (pid) \
+         where a.datname = $1 and a.application_name = 'hivegate'",
+    )
+    .bind(db.postgres_name().unwrap())
+    .fetch_all(&mut db.maintenance_connection().await)
+    .await
+    .unwrap();
+    assert!(!rows.is_empty() && rows.iter().all(|(user, ssl)| user == "hivegate_cert" && *ssl), "{rows:?}");
+}
