@@ -50,7 +50,7 @@ impl Console {
     /// The agent a key session is confined to; `None` for the operator.
     pub fn own_agent(&self) -> Option<&AgentId> {
         match &self.session.principal {
-            Principal::Operator => None,
+            Principal::Operator { .. } => None,
             Principal::Agent { agent, .. } => Some(agent),
         }
     }
@@ -113,7 +113,14 @@ impl FromRequestParts<AppState> for Console {
         let id = session_cookie(&parts.headers).ok_or(ConsoleError::SignIn)?.to_owned();
         let session = state.console.touch(&id).ok_or(ConsoleError::SignIn)?;
         let credential = match &session.principal {
-            Principal::Operator => "operator".to_owned(),
+            Principal::Operator { token } => {
+                // The operator token was rotated: sessions opened with the old one end.
+                if *token != state.operator.fingerprint() {
+                    state.console.end(&id);
+                    return Err(ConsoleError::SignIn);
+                }
+                "operator".to_owned()
+            }
             Principal::Agent { agent, key_id, digest, .. } => {
                 // The key is read again on every request: revoked, expired or moved, the session ends.
                 let record = state.store.find_key(digest).await?;
@@ -160,9 +167,19 @@ pub async fn sign_in(
         let message = format!("too many failed sign-ins from this address; try again in {} s", wait.as_secs().max(1));
         return view::render_status(StatusCode::TOO_MANY_REQUESTS, "sign_in.html", context! { message });
     }
+    // Another site's page cannot sign a browser in (to an account of its choosing): browsers say where a form
+    // came from.
+    if headers
+        .get("sec-fetch-site")
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|site| !matches!(site, "same-origin" | "none"))
+    {
+        let message = "a sign-in must come from this console's own page";
+        return view::render_status(StatusCode::FORBIDDEN, "sign_in.html", context! { message });
+    }
     let presented = form.get("credential").map(str::trim).unwrap_or_default();
     let principal = if state.operator.is_valid(presented) {
-        Some(Principal::Operator)
+        Some(Principal::Operator { token: state.operator.fingerprint() })
     } else {
         match state.keys.authenticate(Some(presented)).await {
             Ok(record) if record.has_scope(Scope::Registry) => Some(Principal::Agent {
@@ -191,9 +208,17 @@ pub async fn sign_in(
         return view::render_status(StatusCode::UNAUTHORIZED, "sign_in.html", context! { message });
     };
     let home = match &principal {
-        Principal::Operator => "/console/".to_owned(),
+        Principal::Operator { .. } => "/console/".to_owned(),
         Principal::Agent { agent, .. } => format!("/console/agents/{agent}/registry"),
     };
+    // A sign-in takes a token from the credential's admin budget, as any console request does.
+    let credential = match &principal {
+        Principal::Operator { .. } => "operator".to_owned(),
+        Principal::Agent { key_id, .. } => format!("key:{key_id}"),
+    };
+    if let Err(retry_after) = state.guard.admin(&credential).await.settle(&extensions, &state.metrics) {
+        return ConsoleError::from(ApiError::TooManyRequests { retry_after }).into_response();
+    }
     tracing::info!(who = %principal.actor_name(), "console sign-in");
     let (id, _) = state.console.open(principal);
     let secure = if transport.is_tls { "; Secure" } else { "" };

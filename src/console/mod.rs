@@ -48,8 +48,11 @@ pub mod view;
 pub const PATH: &str = "/console";
 
 /// The console's routes, merged into a listener's router; `is_tls`: whether the listener serves TLS, so that
-/// the session cookie is marked `Secure`.
-pub fn router(is_tls: bool) -> Router<AppState> {
+/// the session cookie is marked `Secure` (as it is when `http.public_url` is `https://`, behind a proxy that
+/// terminates TLS). A change answers once it has come back through the bus, as the admin API's do: a key
+/// revoked on the console is refused on the very next request, on every replica.
+pub fn router(state: &AppState, is_tls: bool) -> Router<AppState> {
+    let is_tls = is_tls || state.config.http.public_url.as_deref().is_some_and(|url| url.starts_with("https://"));
     Router::new()
         .route("/console", get(view::to_index))
         .route("/console/", get(overview::page))
@@ -75,6 +78,7 @@ pub fn router(is_tls: bool) -> Router<AppState> {
         .route("/console/agents/{agent_id}/live/streams", get(live::fragment))
         .route("/console/audit", get(audit::page))
         .route("/console/audit/export", get(audit::export))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::http::settle_after_write))
         .layer(axum::middleware::map_response(view::secure_every))
         .layer(axum::Extension(auth::Transport { is_tls }))
 }

@@ -24,12 +24,19 @@ use crate::domain::AgentId;
 /// Sessions one replica keeps; a sign-in beyond it ends the session seen least recently. Each holds a few
 /// hundred bytes, so the map stays under a few megabytes whoever signs in.
 pub const MAX_SESSIONS: usize = 10_000;
+/// Sessions one credential (the operator token, or one key) keeps; a sign-in beyond it ends that
+/// credential's session seen least recently, so that no one can push others' sessions out by signing in
+/// again and again.
+pub const MAX_SESSIONS_PER_CREDENTIAL: usize = 8;
+/// The longest a session lasts however active it is (a page left open refreshes itself).
+pub const MAX_SESSION_AGE: Duration = Duration::from_secs(12 * 3600);
 
 /// Who a session belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Principal {
-    /// Signed in with the operator token: everything.
-    Operator,
+    /// Signed in with the operator token: everything, for as long as that token is in force (`token` is
+    /// [`crate::http::auth::OperatorToken::fingerprint`] at sign-in).
+    Operator { token: String },
     /// Signed in with a `registry` key: that agent only. `digest` is the key's stored digest (hex), looked up
     /// again on every request so that a revoked or expired key ends the session.
     Agent { agent: AgentId, key_id: String, key_prefix: String, digest: String },
@@ -39,7 +46,7 @@ impl Principal {
     /// How audit records name a change made through the console: the channel, then the credential.
     pub fn actor_name(&self) -> String {
         match self {
-            Principal::Operator => "console:operator".to_owned(),
+            Principal::Operator { .. } => "console:operator".to_owned(),
             Principal::Agent { key_id, .. } => format!("console:key:{key_id}"),
         }
     }
@@ -47,13 +54,22 @@ impl Principal {
     /// Whether this principal may see and change `agent`.
     pub fn may_manage(&self, agent: &AgentId) -> bool {
         match self {
-            Principal::Operator => true,
+            Principal::Operator { .. } => true,
             Principal::Agent { agent: own, .. } => own == agent,
         }
     }
 
     pub fn is_operator(&self) -> bool {
-        matches!(self, Principal::Operator)
+        matches!(self, Principal::Operator { .. })
+    }
+
+    /// Whether `other` signed in with the same credential (the operator token, or the same key).
+    fn is_same_credential(&self, other: &Principal) -> bool {
+        match (self, other) {
+            (Principal::Operator { .. }, Principal::Operator { .. }) => true,
+            (Principal::Agent { key_id, .. }, Principal::Agent { key_id: other, .. }) => key_id == other,
+            _ => false,
+        }
     }
 }
 
@@ -64,6 +80,7 @@ pub struct Session {
     /// Compared with the `csrf` field of every form that changes something.
     pub csrf: String,
     last_seen: Instant,
+    opened: Instant,
 }
 
 impl Session {
@@ -94,6 +111,18 @@ impl ConsoleSessions {
     /// Opens a session for `principal`; returns its id (for the cookie) and the session.
     pub fn open(&self, principal: Principal) -> (String, Session) {
         self.reclaim();
+        let mut own: Vec<(Instant, [u8; 32])> = self
+            .sessions
+            .iter()
+            .filter(|entry| entry.principal.is_same_credential(&principal))
+            .map(|entry| (entry.last_seen, *entry.key()))
+            .collect();
+        if own.len() >= MAX_SESSIONS_PER_CREDENTIAL {
+            own.sort_unstable();
+            for (_, key) in &own[..=own.len() - MAX_SESSIONS_PER_CREDENTIAL] {
+                self.sessions.remove(key);
+            }
+        }
         if self.sessions.len() >= MAX_SESSIONS {
             let oldest = self.sessions.iter().min_by_key(|entry| entry.last_seen).map(|entry| *entry.key());
             if let Some(oldest) = oldest {
@@ -101,7 +130,8 @@ impl ConsoleSessions {
             }
         }
         let id = random_token();
-        let session = Session { principal, csrf: random_token(), last_seen: Instant::now() };
+        let now = Instant::now();
+        let session = Session { principal, csrf: random_token(), last_seen: now, opened: now };
         self.sessions.insert(digest(&id), session.clone());
         (id, session)
     }
@@ -110,7 +140,7 @@ impl ConsoleSessions {
     pub fn touch(&self, id: &str) -> Option<Session> {
         let key = digest(id);
         let mut entry = self.sessions.get_mut(&key)?;
-        if entry.last_seen.elapsed() >= self.idle {
+        if entry.last_seen.elapsed() >= self.idle || entry.opened.elapsed() >= MAX_SESSION_AGE {
             drop(entry);
             self.sessions.remove(&key);
             return None;
@@ -126,7 +156,8 @@ impl ConsoleSessions {
 
     /// Forgets idle sessions; returns how many are left.
     pub fn reclaim(&self) -> usize {
-        self.sessions.retain(|_, session| session.last_seen.elapsed() < self.idle);
+        self.sessions
+            .retain(|_, session| session.last_seen.elapsed() < self.idle && session.opened.elapsed() < MAX_SESSION_AGE);
         self.sessions.len()
     }
 }

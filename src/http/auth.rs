@@ -263,6 +263,17 @@ impl OperatorToken {
         }
     }
 
+    /// The digest of the token in force (hex): a console session opened with an older one ends once the token
+    /// was rotated.
+    pub fn fingerprint(&self) -> String {
+        match self {
+            OperatorToken::Configured(token) => KeyHasher::new(None).digest(token.expose_secret()).to_hex(),
+            OperatorToken::Stored { digest, .. } => {
+                digest.read().unwrap_or_else(std::sync::PoisonError::into_inner).to_hex()
+            }
+        }
+    }
+
     /// Whether `Authorization: Bearer` in `headers` carries the operator token.
     pub fn is_presented_in(&self, headers: &HeaderMap) -> bool {
         bearer(headers).is_some_and(|token| self.is_valid(token))

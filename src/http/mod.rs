@@ -55,7 +55,7 @@ pub fn router(state: AppState) -> Router {
     }
     routes = routes.route("/", get(move || async move { page::landing(with_admin) }));
     if with_admin {
-        routes = routes.merge(crate::console::router(state.config.tls.enabled()));
+        routes = routes.merge(crate::console::router(&state, state.config.tls.enabled()));
     }
     if !separate_operator {
         routes = routes.route("/metrics", get(crate::metrics::handler));
@@ -94,7 +94,7 @@ pub fn operator_router(state: AppState) -> Router {
         .route("/metrics", get(crate::metrics::handler))
         .nest("/admin/v1", admin(&state, crate::guard::operator_admin_gate))
         .route("/", get(|| async { page::landing(true) }))
-        .merge(crate::console::router(false));
+        .merge(crate::console::router(&state, false));
     with_layers(with_reference(routes), state)
 }
 
@@ -288,14 +288,15 @@ impl http_body::Body for InSpan {
 /// After a successful admin write, waits until the change has come back through the bus (see
 /// [`crate::events::LocalBus::settle`]), so that the answer is only sent once this replica's caches are
 /// true and every replica has been sent the change: a revoked key is refused on the very next request.
-async fn settle_after_write(
+pub(crate) async fn settle_after_write(
     State(state): State<AppState>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
     let is_write = !request.method().is_safe();
     let response = next.run(request).await;
-    if is_write && response.status().is_success() {
+    // A console change answers with a redirect to the page that shows it.
+    if is_write && (response.status().is_success() || response.status().is_redirection()) {
         state.bus.settle(state.store.as_ref()).await;
     }
     response

@@ -226,6 +226,27 @@ async fn console_security(backend: Backend) {
     assert_eq!(after.status, StatusCode::SEE_OTHER);
     assert_eq!(after.location(), "/console/sign-in");
 
+    // One key keeps at most 8 sessions: signing in again and again ends its own oldest, nobody else's.
+    let busy_key = app.issue_key("own", &["registry"]).await.key;
+    let mut first = Browser::new(&app);
+    assert_eq!(first.sign_in(&busy_key).await.status, StatusCode::SEE_OTHER);
+    for _ in 0..8 {
+        assert_eq!(Browser::new(&app).sign_in(&busy_key).await.status, StatusCode::SEE_OTHER);
+    }
+    assert_eq!(first.get("/console/agents/own/registry").await.location(), "/console/sign-in");
+    assert_eq!(browser.get("/console/").await.status, StatusCode::OK, "the operator's session is untouched");
+
+    // Another site's page cannot sign a browser in: the browser says the form came from elsewhere.
+    let cross = app
+        .anon(Method::POST, "/console/sign-in")
+        .header("sec-fetch-site", "cross-site")
+        .form(&[("credential", busy_key.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cross.status(), StatusCode::FORBIDDEN);
+    assert!(cross.headers().get(SET_COOKIE).is_none());
+
     // Sign-out needs the token, then the session is gone.
     let csrf = browser.get("/console/").await.csrf();
     assert_eq!(browser.post("/console/sign-out", &[]).await.status, StatusCode::FORBIDDEN);
