@@ -180,7 +180,7 @@ mod tests {
     #[test]
     fn sessions_open_expire_and_end() {
         let sessions = ConsoleSessions::new(Duration::from_millis(50));
-        let (id, session) = sessions.open(Principal::Operator);
+        let (id, session) = sessions.open(Principal::Operator { token: "t".to_owned() });
         assert_eq!(id.len(), 43);
         assert!(session.is_csrf(&session.csrf));
         assert!(!session.is_csrf("x"));
@@ -188,7 +188,7 @@ mod tests {
         assert!(sessions.touch("another").is_none());
         std::thread::sleep(Duration::from_millis(60));
         assert!(sessions.touch(&id).is_none(), "idle too long");
-        let (id, _) = sessions.open(Principal::Operator);
+        let (id, _) = sessions.open(Principal::Operator { token: "t".to_owned() });
         sessions.end(&id);
         assert!(sessions.touch(&id).is_none(), "signed out");
     }
@@ -204,7 +204,7 @@ mod tests {
             digest: String::new(),
         };
         assert!(key.may_manage(&own) && !key.may_manage(&other) && !key.is_operator());
-        assert!(Principal::Operator.may_manage(&other));
+        assert!(Principal::Operator { token: "t".to_owned() }.may_manage(&other));
         assert_eq!(key.actor_name(), "console:key:k");
     }
 }

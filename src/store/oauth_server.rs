@@ -110,13 +110,16 @@ pub struct GrantBounds {
 
 #[async_trait]
 pub trait OAuthServerStore: Send + Sync {
-    /// Stores a new client unless `max_clients` are registered: then clients unused since `idle_before` are
-    /// deleted first, and if that made no room, nothing is stored and the answer is `false`.
+    /// Stores a new client unless `max_clients` are registered: then clients unused since `idle_before`, and
+    /// clients never used that registered before `never_used_before`, are deleted first (so that
+    /// registrations nobody follows up cannot hold the table), and if that made no room, nothing is stored
+    /// and the answer is `false`.
     async fn register_client(
         &self,
         client: &StoredClient,
         max_clients: u64,
         idle_before: Timestamp,
+        never_used_before: Timestamp,
     ) -> StoreResult<bool>;
     async fn get_client(&self, id: &str) -> StoreResult<Option<StoredClient>>;
     /// Records use of a registered client (callers write it at most once a minute per client).

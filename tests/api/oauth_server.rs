@@ -749,4 +749,12 @@ async fn registration_is_bounded(backend: Backend) {
     let response = app.anon(Method::POST, "/oauth/register").json(&json!({"redirect_uris": [CALLBACK]})).send().await;
     oauth_error(response.unwrap(), StatusCode::SERVICE_UNAVAILABLE, "temporarily_unavailable").await;
     assert_eq!(app.db.count("select count(*) from oauth_client").await, 3);
+
+    // Token requests are bounded per address too (each can store rows): 120 a minute, then slow_down.
+    let token_request = || app.anon(Method::POST, "/oauth/token").form(&[("grant_type", "password")]);
+    for _ in 0..hivegate::oauth::server::TOKEN_REQUESTS_PER_MINUTE {
+        let response = token_request().send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    }
+    oauth_error(token_request().send().await.unwrap(), StatusCode::TOO_MANY_REQUESTS, "slow_down").await;
 }

@@ -157,6 +157,10 @@ pub async fn register(
     }
 }
 
+/// How long a registered client that has not yet been used to obtain a code keeps its place once the table
+/// is full.
+const NEVER_USED_SECS: u64 = 3600;
+
 async fn register_client(
     state: &AppState,
     peer: IpAddr,
@@ -167,7 +171,7 @@ async fn register_client(
         return Err(OAuthError::invalid_request("the built-in authorization server is off"));
     };
     let client_ip = state.guard.client_ip(peer, headers);
-    if let Err(wait) = server.registrations.check_key(&client_ip) {
+    if let Err(wait) = server.registrations.check_key(&super::rate_key(client_ip)) {
         let wait = wait.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
         return Err(OAuthError::too_many(
             "too many registrations from this address (oauth.builtin.registrations_per_minute)",
@@ -191,7 +195,8 @@ async fn register_client(
         created_at: now,
     };
     let idle_before = Timestamp::from_micros(now.as_micros().saturating_sub(secs_micros(config.client_idle_secs)));
-    if !state.store.oauth_server().register_client(&stored, config.max_clients, idle_before).await? {
+    let never_used_before = Timestamp::from_micros(now.as_micros().saturating_sub(secs_micros(NEVER_USED_SECS)));
+    if !state.store.oauth_server().register_client(&stored, config.max_clients, idle_before, never_used_before).await? {
         tracing::warn!(max = config.max_clients, "client registration refused: oauth.builtin.max_clients reached");
         return Err(OAuthError {
             status: StatusCode::SERVICE_UNAVAILABLE,

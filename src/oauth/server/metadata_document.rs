@@ -84,7 +84,7 @@ impl DocumentFetcher {
                 return found.clone();
             }
         }
-        if self.fetches.check_key(&client_ip).is_err() {
+        if self.fetches.check_key(&super::rate_key(client_ip)).is_err() {
             return Err(DocumentError(format!(
                 "too many client metadata documents fetched for your address: try again in a minute \
                  ({FETCHES_PER_MINUTE} a minute)"
@@ -196,12 +196,12 @@ fn is_allowed(allowed: &[String], host: &str) -> bool {
     allowed.iter().any(|entry| entry.trim().trim_start_matches('[').trim_end_matches(']').eq_ignore_ascii_case(host))
 }
 
-/// A host that resolved to an address hivegate does not fetch from.
+/// A host that resolved to an address hivegate does not fetch from. The address is logged, not shown: the
+/// page that reports the refusal is open to anyone, and must not tell what internal names resolve to.
 #[derive(Debug, thiserror::Error)]
-#[error("its host {host} resolves to {ip}, an address that is not publicly routable")]
+#[error("its host {host} resolves to an address that is not publicly routable")]
 struct ForbiddenAddress {
     host: String,
-    ip: IpAddr,
 }
 
 /// The metadata client's resolver: the system's, refusing names with any forbidden address. Being the
@@ -217,8 +217,8 @@ impl reqwest::dns::Resolve for GuardedResolver {
         let resolving: Pin<Box<dyn Future<Output = _> + Send>> = Box::pin(async move {
             let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             if !allowed && let Some(address) = addresses.iter().find(|address| is_forbidden(address.ip())) {
-                let error: Box<dyn std::error::Error + Send + Sync> =
-                    Box::new(ForbiddenAddress { host, ip: address.ip() });
+                tracing::info!(%host, ip = %address.ip(), "client metadata document host refused: not publicly routable");
+                let error: Box<dyn std::error::Error + Send + Sync> = Box::new(ForbiddenAddress { host });
                 return Err(error);
             }
             let addresses: reqwest::dns::Addrs = Box::new(addresses.into_iter());

@@ -74,7 +74,13 @@ pub struct BuiltinServer {
     form_key: [u8; 32],
     /// Registrations per client address; forgotten by the prune task once idle.
     pub registrations: DefaultKeyedRateLimiter<IpAddr>,
+    /// Token requests per client address (each stores rows kept until they expire); forgotten likewise.
+    pub token_requests: DefaultKeyedRateLimiter<IpAddr>,
 }
+
+/// Token requests one client address (an IPv6 /64) may make a minute: a client refreshes about once an
+/// access token's life, so this leaves room for thousands of clients behind one address.
+pub const TOKEN_REQUESTS_PER_MINUTE: u32 = 120;
 
 /// The setting that holds the consent form's signing key (hex).
 const FORM_KEY_SETTING: &str = "oauth_form_key";
@@ -101,6 +107,9 @@ impl BuiltinServer {
             documents: metadata_document::DocumentFetcher::new(config)?,
             form_key,
             registrations: RateLimiter::keyed(Quota::per_minute(per_minute)),
+            token_requests: RateLimiter::keyed(Quota::per_minute(
+                std::num::NonZeroU32::new(TOKEN_REQUESTS_PER_MINUTE).unwrap_or(std::num::NonZeroU32::MIN),
+            )),
         }))
     }
 
@@ -143,6 +152,7 @@ impl BuiltinServer {
             loop {
                 every.tick().await;
                 server.registrations.retain_recent();
+                server.token_requests.retain_recent();
                 server.documents.fetches.retain_recent();
                 let now = Timestamp::now().as_micros();
                 let idle_before = now.saturating_sub(client::secs_micros(server.config.client_idle_secs));
@@ -185,5 +195,33 @@ impl AccessTokens for BuiltinServer {
             scopes,
             expires_at: stored.token.expires_at,
         }))
+    }
+}
+
+/// The key of a client address in the per-address limits: an IPv6 address by its /64 (one subscriber's
+/// prefix, whose addresses it can rotate through at will), an IPv4 address as it is.
+pub(crate) fn rate_key(address: std::net::IpAddr) -> std::net::IpAddr {
+    match address {
+        std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
+            let prefix = u128::from(v6) & (u128::MAX << 64);
+            std::net::IpAddr::V6(std::net::Ipv6Addr::from(prefix))
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod rate_key_tests {
+    use super::rate_key;
+
+    #[test]
+    fn ipv6_addresses_of_one_prefix_share_a_key() {
+        let a = rate_key("2001:db8:1:2:aaaa::1".parse().unwrap());
+        let b = rate_key("2001:db8:1:2:bbbb::9".parse().unwrap());
+        let other = rate_key("2001:db8:1:3::1".parse().unwrap());
+        assert_eq!(a, b);
+        assert_ne!(a, other);
+        let v4 = "192.0.2.7".parse().unwrap();
+        assert_eq!(rate_key(v4), v4);
     }
 }

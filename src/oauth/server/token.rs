@@ -41,6 +41,14 @@ pub async fn handler(
         return OAuthError::invalid_request("the built-in authorization server is off").into_response();
     };
     let client_ip = super::authorize::client_address(&state, peer, &headers);
+    if let Err(wait) = server.token_requests.check_key(&super::rate_key(client_ip)) {
+        let wait = wait.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
+        return OAuthError::too_many(
+            format!("too many token requests from this address ({} a minute)", super::TOKEN_REQUESTS_PER_MINUTE),
+            wait.as_secs().max(1),
+        )
+        .into_response();
+    }
     let outcome = async {
         let params = Params::from_form(&headers, body).await?;
         let context = Context { state: &state, server: &server, client_ip };

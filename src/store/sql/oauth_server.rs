@@ -213,6 +213,7 @@ macro_rules! impl_oauth_server_sql {
                     client: &StoredClient,
                     max_clients: u64,
                     idle_before: Timestamp,
+                    never_used_before: Timestamp,
                 ) -> StoreResult<bool> {
                     let mut tx = self.begin_write().await?;
                     let count_sql = "select count(*) from oauth_client";
@@ -223,10 +224,12 @@ macro_rules! impl_oauth_server_sql {
                     if u64::try_from(count).unwrap_or(0) >= max_clients {
                         sqlx::query::<$db>(
                             "delete from oauth_client where oauth_client_id in (select oauth_client_id from \
-                             oauth_client where last_used_at < $1 order by last_used_at limit $2)",
+                             oauth_client where last_used_at < $1 or (last_used_at = created_at and created_at < $3) \
+                             order by last_used_at limit $2)",
                         )
                         .bind(idle_before.as_micros())
                         .bind(PRUNE_BATCH)
+                        .bind(never_used_before.as_micros())
                         .execute(&mut *tx)
                         .await
                         .map_err(Self::error)?;
