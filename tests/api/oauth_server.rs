@@ -285,6 +285,14 @@ async fn the_whole_flow_with_a_registered_client(backend: Backend) {
 
     // Denied: back to the client with access_denied.
     let fields = consent_form(authorize_page(&app, &authorize_params(&app, &client_id, &pkce, "bot")).await).await;
+    // Not when another site's page submits the form (with a token it fetched): refused on the page.
+    let mut cross = fields.clone();
+    cross.push(("decision".to_owned(), "deny".to_owned()));
+    let response =
+        app.anon(Method::POST, "/oauth/authorize").header("sec-fetch-site", "cross-site").form(&cross).send().await;
+    let response = response.unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert!(response.headers().get(LOCATION).is_none());
     let pairs = redirected(&consent(&app, &fields, "", "deny").await);
     assert_eq!(param(&pairs, "error"), Some("access_denied"));
     assert_eq!(param(&pairs, "code"), None);

@@ -100,6 +100,16 @@ pub async fn decide(
     body: axum::body::Body,
 ) -> Response {
     let Some(server) = state.oauth_server.clone() else { return page::error(StatusCode::NOT_FOUND, "off") };
+    // The decision must come from the consent page itself: another site's page could otherwise submit a
+    // form token it fetched, and send the user's browser to the client's redirect URI (browsers say where
+    // a form came from).
+    if headers
+        .get("sec-fetch-site")
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|site| !matches!(site, "same-origin" | "none"))
+    {
+        return page::error(StatusCode::FORBIDDEN, "The decision must be made on this server's own page.");
+    }
     let params = match Params::from_form(&headers, body).await {
         Ok(params) => params,
         Err(error) => return page::error(error.status, &error.description),
