@@ -15,6 +15,7 @@ use crate::domain::session::{Pruned, Session, SessionDigest};
 use crate::domain::subject::SubjectGrant;
 use crate::domain::time::Timestamp;
 use crate::domain::{AgentId, PromptName, ResourceUri};
+use crate::registry::collection::{CollectionStore, Prompts, Resources, Templates};
 
 /// The audit log's migration from agents' segments to writer streams, on both backends.
 #[cfg(test)]
@@ -144,7 +145,9 @@ pub struct PoolUsage {
 }
 
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store:
+    CollectionStore<Resources> + CollectionStore<Templates> + CollectionStore<Prompts> + Send + Sync + 'static
+{
     /// Apply pending migrations. Safe when several replicas start at once.
     async fn migrate(&self) -> StoreResult<()>;
     /// A cheap round trip, for `/readyz`.

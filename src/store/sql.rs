@@ -377,6 +377,69 @@ macro_rules! impl_store {
 
             type Tx = sqlx::Transaction<'static, $db>;
 
+            #[async_trait::async_trait]
+            impl $crate::registry::collection::CollectionStore<$crate::registry::collection::Resources> for $store {
+                async fn put(
+                    &self,
+                    agent: &AgentId,
+                    new: &NewResource,
+                    actor: &Actor,
+                ) -> StoreResult<Upserted<Resource>> {
+                    self.put_resource(agent, new, actor).await
+                }
+                async fn list(&self, agent: &AgentId, after: After<'_>, limit: u32) -> StoreResult<Vec<Resource>> {
+                    self.list_resources(agent, after, limit).await
+                }
+                async fn get(&self, agent: &AgentId, key: &ResourceUri) -> StoreResult<Option<Resource>> {
+                    Ok(self.get_resource(agent, key.as_str()).await?.map(|(resource, _)| resource))
+                }
+                async fn delete(&self, agent: &AgentId, key: &ResourceUri, actor: &Actor) -> StoreResult<()> {
+                    self.delete_resource(agent, key, actor).await
+                }
+            }
+
+            #[async_trait::async_trait]
+            impl $crate::registry::collection::CollectionStore<$crate::registry::collection::Templates> for $store {
+                async fn put(
+                    &self,
+                    agent: &AgentId,
+                    new: &NewResourceTemplate,
+                    actor: &Actor,
+                ) -> StoreResult<Upserted<ResourceTemplate>> {
+                    self.put_template(agent, new, actor).await
+                }
+                async fn list(
+                    &self,
+                    agent: &AgentId,
+                    after: After<'_>,
+                    limit: u32,
+                ) -> StoreResult<Vec<ResourceTemplate>> {
+                    self.list_templates(agent, after, limit).await
+                }
+                async fn get(&self, agent: &AgentId, key: &String) -> StoreResult<Option<ResourceTemplate>> {
+                    self.get_template(agent, key).await
+                }
+                async fn delete(&self, agent: &AgentId, key: &String, actor: &Actor) -> StoreResult<()> {
+                    self.delete_template(agent, key, actor).await
+                }
+            }
+
+            #[async_trait::async_trait]
+            impl $crate::registry::collection::CollectionStore<$crate::registry::collection::Prompts> for $store {
+                async fn put(&self, agent: &AgentId, new: &NewPrompt, actor: &Actor) -> StoreResult<Upserted<Prompt>> {
+                    self.put_prompt(agent, new, actor).await
+                }
+                async fn list(&self, agent: &AgentId, after: After<'_>, limit: u32) -> StoreResult<Vec<Prompt>> {
+                    self.list_prompts(agent, after, limit).await
+                }
+                async fn get(&self, agent: &AgentId, key: &PromptName) -> StoreResult<Option<Prompt>> {
+                    self.get_prompt(agent, key).await
+                }
+                async fn delete(&self, agent: &AgentId, key: &PromptName, actor: &Actor) -> StoreResult<()> {
+                    self.delete_prompt(agent, key, actor).await
+                }
+            }
+
             /// One audit row of an admin change.
             struct Audit<'a> {
                 agent: &'a AgentId,
