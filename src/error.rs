@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::domain::id::InvalidValue;
+use crate::http::auth::Challenge;
 use crate::metrics::{Limit, Refused};
 use crate::registry::cursor::InvalidCursor;
 use crate::store::StoreError;
@@ -177,11 +178,7 @@ impl IntoResponse for ApiError {
         let mut response =
             (status, [(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON))], body).into_response();
         match status {
-            StatusCode::UNAUTHORIZED => {
-                response
-                    .headers_mut()
-                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(crate::http::auth::CHALLENGE));
-            }
+            StatusCode::UNAUTHORIZED => Challenge::default().put_on(response.headers_mut()),
             StatusCode::SERVICE_UNAVAILABLE => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }

@@ -14,7 +14,8 @@
 //! - [`tls`]: native TLS on the public listener; certificates reloaded when their files change.
 //! - [`admin`]: the REST admin API under `/admin/v1` and its OpenAPI document.
 //! - [`console`]: the web console at `/console/`, server-rendered over the admin API's functions.
-//! - [`mcp`]: the MCP endpoint `/{agent_id}/mcp`, both protocol eras; its module doc follows one request.
+//! - [`mcp`]: the MCP endpoint `/{agent_id}/mcp`, both protocol eras; its module doc follows one request,
+//!   [`mcp::stream`]'s one change notification.
 //! - [`oauth`]: OAuth 2.1 on the MCP endpoint: metadata documents, access tokens (built-in or external
 //!   authorization server) resolved to the key each acts as.
 //! - [`guard`]: rate limits per key, agent and admin credential; failed authentications per client address.
@@ -32,7 +33,7 @@
 //! [`admin`] authenticates (operator token or the agent's `registry` key), parses the body into domain
 //! types (a bad field is a 400/422 that changes nothing) → [`store`] commits the resource, the agent's next
 //! event row and an audit row in one transaction → the [`events`] bus tells every replica, whose caches
-//! drop what the change made stale and whose open SSE streams ([`mcp::hub`]) receive the change's
+//! drop what the change made stale and whose open SSE streams ([`mcp::stream`]) receive the change's
 //! notifications, read once per replica from the event table. [`events::retention`] prunes the event table
 //! to its window; a client resuming from before it gets a resync instead of a replay.
 

@@ -22,7 +22,7 @@ use prometheus_client::registry::Registry;
 
 use crate::FastMap;
 use crate::audit::AuditStats;
-use crate::mcp::hub::Hub;
+use crate::mcp::stream::hub::Hub;
 use crate::registry::cache::RegistryCache;
 use crate::state::AppState;
 use crate::store::Store;

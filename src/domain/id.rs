@@ -7,6 +7,22 @@ use serde::Serialize;
 #[error("{0}")]
 pub struct InvalidValue(pub String);
 
+/// `Deserialize` through the type's own parsing (`$parse` turns the string into `Option<Self>`), so that an
+/// id read from outside, such as a bus message, is as valid as one parsed from a request.
+macro_rules! deserialize_parsed {
+    ($type:ty, $parse:expr) => {
+        impl<'de> serde::Deserialize<'de> for $type {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let value = <String as serde::Deserialize>::deserialize(deserializer)?;
+                let parse: fn(&str) -> Option<$type> = $parse;
+                parse(&value)
+                    .ok_or_else(|| serde::de::Error::custom(format!("{value:?} is not a valid {}", stringify!($type))))
+            }
+        }
+    };
+}
+pub(crate) use deserialize_parsed;
+
 /// Names that `/{agent_id}` cannot take because the gateway routes them itself.
 const RESERVED_AGENT_IDS: [&str; 5] = ["admin", "healthz", "readyz", "metrics", "static"];
 
@@ -35,6 +51,8 @@ impl AgentId {
         &self.0
     }
 }
+
+deserialize_parsed!(AgentId, |value| AgentId::parse(value).ok());
 
 impl fmt::Display for AgentId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -110,6 +128,8 @@ impl ResourceUri {
         self.0
     }
 }
+
+deserialize_parsed!(ResourceUri, |value| ResourceUri::parse(value).ok());
 
 impl fmt::Display for ResourceUri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -50,8 +50,11 @@ impl fmt::Debug for SessionToken {
 }
 
 /// Hex SHA-256 of a session id: the session's key in the database, in bus messages and in memory.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(transparent)]
 pub struct SessionDigest(String);
+
+super::id::deserialize_parsed!(SessionDigest, SessionDigest::from_hex);
 
 impl SessionDigest {
     /// A digest as stored; `None` unless it is 64 lowercase hex digits.

@@ -5,16 +5,23 @@
 //! when the change commits, and every replica's listener (including the writer's own) forwards it to its
 //! [`LocalBus`]. Consumers (caches, the SSE stream hub) subscribe to the [`LocalBus`] only.
 //!
-//! Payloads carry ids, never bodies: a consumer that needs an event's details reads the event table.
+//! Payloads carry ids, never bodies: a consumer that needs an event's details reads the event table. The ids
+//! are domain types, checked when a payload is read, so consumers never parse them again.
+//!
+//! Consumers never match on [`BusMessage`] itself: [`BusMessage::meaning`] says, in one place, what each
+//! message means to caches ([`Stale`], applied through [`CacheGate::apply`]) and to streams
+//! ([`SessionNews`]), and which messages are the bus's own bookkeeping that nobody else acts on.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
+use crate::domain::session::SessionDigest;
+use crate::domain::{AgentId, ResourceUri};
 use crate::store::Store;
 
 /// The PostgreSQL LISTEN/NOTIFY side of the bus.
@@ -31,27 +38,27 @@ pub const CHANNEL: &str = "hivegate_events";
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum BusMessage {
     /// A registry change committed with this per-agent sequence number; details are in the event table.
-    Change { agent: String, seq: i64 },
+    Change { agent: AgentId, seq: i64 },
     /// The agent's settings (name, rate limit, cache TTL) changed.
-    AgentChanged { agent: String },
+    AgentChanged { agent: AgentId },
     /// The agent and everything it owned is gone: its keys stop working, its streams close.
-    AgentDeleted { agent: String },
-    /// The key was revoked: refuse it from the next request on, and close its streams.
-    KeyRevoked { agent: String, key: String },
-    /// The key's settings (name, own rate limit) changed: look it up again on its next request.
-    KeyChanged { agent: String, key: String },
+    AgentDeleted { agent: AgentId },
+    /// The key (by id) was revoked: refuse it from the next request on, and close its streams.
+    KeyRevoked { agent: AgentId, key: String },
+    /// The key's (by id) settings (name, own rate limit) changed: look it up again on its next request.
+    KeyChanged { agent: AgentId, key: String },
     /// A legacy session ended (`DELETE`, or expiry noticed by a request): forget it, close its stream.
     /// `session` is the session's digest, never the id the client holds.
-    SessionEnded { agent: String, session: String },
+    SessionEnded { agent: AgentId, session: SessionDigest },
     /// A legacy session subscribed to `uri` (`resources/subscribe`): its stream, wherever it is, starts
     /// receiving `notifications/resources/updated` for it. Carried in the message so that it is applied in
     /// commit order with the changes around it.
-    Subscribed { agent: String, session: String, uri: String },
+    Subscribed { agent: AgentId, session: SessionDigest, uri: ResourceUri },
     /// The opposite of [`BusMessage::Subscribed`].
-    Unsubscribed { agent: String, session: String, uri: String },
+    Unsubscribed { agent: AgentId, session: SessionDigest, uri: ResourceUri },
     /// A `GET` opened stream `stream` for a legacy session: any other stream of that session, on any replica,
     /// is replaced (closed).
-    StreamOpened { agent: String, session: String, stream: String },
+    StreamOpened { agent: AgentId, session: SessionDigest, stream: String },
     /// A marker a replica sends through the bus after its own change and waits to hear back: messages
     /// arrive in commit order, so once the marker is back every message before it has been applied here.
     Barrier { id: String },
@@ -70,6 +77,73 @@ pub enum BusMessage {
     Resync,
 }
 
+impl BusMessage {
+    /// What the message means on this replica: the one place that sorts messages by who acts on them, so
+    /// a new message is decided here and every consumer follows.
+    pub fn meaning(&self) -> Meaning<'_> {
+        match self {
+            BusMessage::Change { agent, seq } => Meaning::Stale(Stale::Registry { agent, seq: *seq }),
+            BusMessage::AgentChanged { agent } => Meaning::Stale(Stale::Agent { agent, is_deleted: false }),
+            BusMessage::AgentDeleted { agent } => Meaning::Stale(Stale::Agent { agent, is_deleted: true }),
+            BusMessage::KeyChanged { key, .. } => Meaning::Stale(Stale::Key { key, is_revoked: false }),
+            BusMessage::KeyRevoked { key, .. } => Meaning::Stale(Stale::Key { key, is_revoked: true }),
+            BusMessage::SessionEnded { agent, session } => Meaning::Stale(Stale::Session { agent, session }),
+            BusMessage::Subscribed { agent, session, uri } => {
+                Meaning::Session(SessionNews::Subscription { agent, session, uri, is_subscribed: true })
+            }
+            BusMessage::Unsubscribed { agent, session, uri } => {
+                Meaning::Session(SessionNews::Subscription { agent, session, uri, is_subscribed: false })
+            }
+            BusMessage::StreamOpened { agent, session, stream } => {
+                Meaning::Session(SessionNews::StreamOpened { agent, session, stream })
+            }
+            BusMessage::Offline => Meaning::Offline,
+            BusMessage::Resync => Meaning::Resync,
+            // Answered by the bus itself ([`LocalBus::settle`], the PostgreSQL listener).
+            BusMessage::Barrier { .. } | BusMessage::Ack { .. } | BusMessage::Beat { .. } => Meaning::Bus,
+        }
+    }
+}
+
+/// What a [`BusMessage`] means on this replica ([`BusMessage::meaning`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Meaning<'a> {
+    /// The bus's own bookkeeping (barriers, acknowledgements, heartbeats): caches and streams ignore it.
+    Bus,
+    /// The bus may be missing messages from now on: caches forget everything and stop caching.
+    Offline,
+    /// Messages may have been missed: caches forget everything and cache again; streams catch up from the
+    /// event table.
+    Resync,
+    /// Something a cache may hold is out of date; streams learn from it too (a change to deliver, streams to
+    /// close).
+    Stale(Stale<'a>),
+    /// News for a legacy session's streams, which no cache holds.
+    Session(SessionNews<'a>),
+}
+
+/// What a committed change makes out of date.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stale<'a> {
+    /// The agent's registry (resources, templates, prompts): its change `seq` committed.
+    Registry { agent: &'a AgentId, seq: i64 },
+    /// The agent's row; when `is_deleted`, everything it owned too (keys, grants, sessions, streams).
+    Agent { agent: &'a AgentId, is_deleted: bool },
+    /// The key (by id): its settings or grants; when `is_revoked`, its sessions and streams too.
+    Key { key: &'a str, is_revoked: bool },
+    /// The session ended: it and its streams are gone.
+    Session { agent: &'a AgentId, session: &'a SessionDigest },
+}
+
+/// What changed for a legacy session's streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionNews<'a> {
+    /// The session (un)subscribed to `uri`.
+    Subscription { agent: &'a AgentId, session: &'a SessionDigest, uri: &'a ResourceUri, is_subscribed: bool },
+    /// A `GET` opened stream `stream` of the session: it replaces the session's other streams.
+    StreamOpened { agent: &'a AgentId, session: &'a SessionDigest, stream: &'a str },
+}
+
 /// Something that must apply a message before anyone else can observe it, such as a cache of keys
 /// that must never answer for a revoked key once the revocation is known here.
 pub trait BusHook: Send + Sync {
@@ -78,9 +152,14 @@ pub trait BusHook: Send + Sync {
 
 /// Whether a cache may keep what it reads: not while the bus may be missing messages, that is from
 /// [`BusMessage::Offline`] until the next [`BusMessage::Resync`]. Both drop everything the cache holds.
+///
+/// A cache also counts its invalidations (`generation`): a value read from the database before an
+/// invalidation must not be kept after it, so a read notes the generation first ([`CacheGate::generation`])
+/// and keeps its value only if nothing was invalidated meanwhile ([`CacheGate::may_keep`]).
 #[derive(Debug, Default)]
 pub struct CacheGate {
     offline: AtomicBool,
+    generation: AtomicU64,
 }
 
 impl CacheGate {
@@ -89,20 +168,36 @@ impl CacheGate {
         !self.offline.load(Ordering::Acquire)
     }
 
-    /// Applies `Offline` and `Resync` (calling `forget_all`) and says whether `message` was one of them.
-    pub fn apply(&self, message: &BusMessage, forget_all: impl FnOnce()) -> bool {
-        match message {
-            BusMessage::Offline => {
+    /// The invalidations so far: noted before a read from the database.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Whether a value read after [`CacheGate::generation`] returned `generation` may be kept: nothing was
+    /// invalidated since, and the bus is not missing messages.
+    pub fn may_keep(&self, generation: u64) -> bool {
+        self.generation() == generation && self.is_open()
+    }
+
+    /// Records an invalidation, before the cache drops what it makes stale.
+    pub fn invalidate(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Applies `message` to a cache: `Offline` and `Resync` drop everything (`forget_all`) and close or open
+    /// the gate; anything else the message makes stale goes to `forget`. The one place caches read the bus.
+    pub fn apply(&self, message: &BusMessage, forget_all: impl FnOnce(), forget: impl FnOnce(Stale<'_>)) {
+        match message.meaning() {
+            Meaning::Offline => {
                 self.offline.store(true, Ordering::Release);
                 forget_all();
-                true
             }
-            BusMessage::Resync => {
+            Meaning::Resync => {
                 forget_all();
                 self.offline.store(false, Ordering::Release);
-                true
             }
-            _ => false,
+            Meaning::Stale(stale) => forget(stale),
+            Meaning::Bus | Meaning::Session(_) => {}
         }
     }
 }
@@ -206,3 +301,6 @@ impl LocalBus {
         self.sender.subscribe()
     }
 }
+
+#[cfg(test)]
+mod tests;

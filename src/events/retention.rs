@@ -3,7 +3,7 @@
 //!
 //! Every replica runs it; the deletes are idempotent and bounded per statement, so replicas pruning at the
 //! same time only share the work. A resumption from a position that was pruned is answered with the resync
-//! set (see [`crate::mcp::sse::EventFrames::resync`]).
+//! set (see [`crate::mcp::stream::sse::EventFrames::resync`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;

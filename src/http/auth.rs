@@ -1,7 +1,6 @@
 //! Authentication: agent keys (cached, invalidated through the bus) and the operator token.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
@@ -11,7 +10,7 @@ use crate::FastMap;
 use crate::domain::model::KeyRecord;
 use crate::domain::time::Timestamp;
 use crate::domain::{AgentId, ApiKey, KeyDigest, KeyHasher};
-use crate::events::{BusHook, BusMessage, CacheGate};
+use crate::events::{BusHook, BusMessage, CacheGate, Stale};
 use crate::store::{Store, StoreError};
 
 /// The header agent keys travel in; it wins over `Authorization: Bearer`.
@@ -42,7 +41,7 @@ struct CachedKey {
 /// Presented keys, by digest, so a request costs one hash and one map lookup.
 ///
 /// Entries are dropped by bus messages (revocation, agent deletion, resync), applied synchronously as a
-/// [`BusHook`]; expiry is checked on every use. `generation` guards against a lookup that read the
+/// [`BusHook`]; expiry is checked on every use. The gate's generation guards against a lookup that read the
 /// database before a revocation and would otherwise put the stale key back after the revocation cleared it.
 /// While the bus is offline (revocations could be missed) every request reads the database.
 pub struct KeyCache {
@@ -51,7 +50,6 @@ pub struct KeyCache {
     entries: FastMap<KeyDigest, CachedKey>,
     /// The same keys by id, for access tokens ([`KeyCache::by_id`]); only stored keys are ever entered.
     ids: FastMap<String, CachedKey>,
-    generation: AtomicU64,
     gate: CacheGate,
     /// Keys used since their use was last written: each once, so at most as many as there are keys.
     used: std::sync::Mutex<std::collections::HashSet<String, foldhash::fast::RandomState>>,
@@ -64,7 +62,6 @@ impl KeyCache {
             hasher,
             entries: FastMap::default(),
             ids: FastMap::default(),
-            generation: AtomicU64::new(0),
             gate: CacheGate::default(),
             used: std::sync::Mutex::default(),
         }
@@ -118,14 +115,13 @@ impl KeyCache {
         let (record, touch) = match cached {
             Some(hit) => hit,
             None => {
-                let generation = self.generation.load(Ordering::Acquire);
+                let generation = self.gate.generation();
                 let record = Arc::new(fetch.await?.ok_or(KeyError::Unauthenticated)?);
                 // The generation is compared while the entry's shard is locked: a `forget` that began
                 // after the database read has bumped it (and we skip), or it takes the shard lock after
                 // us and its `retain` removes what we insert.
                 if let dashmap::Entry::Vacant(slot) = map.entry(lookup)
-                    && self.generation.load(Ordering::Acquire) == generation
-                    && self.gate.is_open()
+                    && self.gate.may_keep(generation)
                 {
                     slot.insert(CachedKey { record: record.clone(), touched: Instant::now() });
                 }
@@ -142,7 +138,7 @@ impl KeyCache {
     }
 
     fn forget(&self, keep: impl Fn(&KeyRecord) -> bool) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.gate.invalidate();
         self.entries.retain(|_, entry| keep(&entry.record));
         self.ids.retain(|_, entry| keep(&entry.record));
     }
@@ -150,55 +146,51 @@ impl KeyCache {
 
 impl BusHook for KeyCache {
     fn apply(&self, message: &BusMessage) {
-        if self.gate.apply(message, || self.forget(|_| false)) {
-            return;
-        }
-        match message {
-            BusMessage::KeyRevoked { key, .. } | BusMessage::KeyChanged { key, .. } => {
-                self.forget(|record| &record.id != key)
-            }
-            BusMessage::AgentDeleted { agent } => self.forget(|record| record.agent_id.as_str() != agent),
-            BusMessage::Offline | BusMessage::Resync => {}
-            BusMessage::Change { .. }
-            | BusMessage::AgentChanged { .. }
-            | BusMessage::Barrier { .. }
-            | BusMessage::Ack { .. }
-            | BusMessage::Beat { .. }
-            | BusMessage::SessionEnded { .. }
-            | BusMessage::Subscribed { .. }
-            | BusMessage::Unsubscribed { .. }
-            | BusMessage::StreamOpened { .. } => {}
-        }
+        self.gate.apply(
+            message,
+            || self.forget(|_| false),
+            |stale| match stale {
+                Stale::Key { key, .. } => self.forget(|record| record.id != key),
+                Stale::Agent { agent, is_deleted: true } => self.forget(|record| &record.agent_id != agent),
+                _ => {}
+            },
+        );
     }
 }
 
 /// What every 401 without OAuth carries, on the admin API and on the MCP endpoint.
 pub const CHALLENGE: &str = r#"Bearer realm="hivegate""#;
 
-/// A `WWW-Authenticate: Bearer` challenge (RFC 6750 §3): the one place it is spelled. With OAuth on, the MCP
-/// endpoint adds the agent's metadata document (RFC 9728 §5.1), the scope it needs and the error code.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Challenge<'a> {
+/// A `WWW-Authenticate: Bearer` challenge (RFC 6750 §3): the one place it is spelled, and
+/// [`Challenge::put_on`] the one place it is put on a response. With OAuth on, the MCP endpoint adds the
+/// agent's metadata document (RFC 9728 §5.1), the scope it needs and the error code.
+#[derive(Debug, Clone, Default)]
+pub struct Challenge {
     /// The URL of the protected resource metadata document.
-    pub resource_metadata: Option<&'a str>,
+    pub resource_metadata: Option<String>,
     /// `scope`: the scopes the request needs.
     pub scope: Option<&'static str>,
     /// `error`: `invalid_token`, `insufficient_scope` or `invalid_request`.
     pub error: Option<&'static str>,
     /// `error_description`, for a person.
-    pub description: Option<&'a str>,
+    pub description: Option<String>,
 }
 
-impl Challenge<'_> {
+impl Challenge {
+    /// Sets `WWW-Authenticate` in `headers` (a response's) to this challenge, replacing any other.
+    pub fn put_on(&self, headers: &mut HeaderMap) {
+        headers.insert(axum::http::header::WWW_AUTHENTICATE, self.header());
+    }
+
     /// The header value. Quotes, backslashes and control characters in the parameters are dropped rather
     /// than escaped; a value that still cannot be a header field falls back to [`CHALLENGE`].
-    pub fn header(&self) -> axum::http::HeaderValue {
+    fn header(&self) -> axum::http::HeaderValue {
         let mut text = String::from(CHALLENGE);
         let parameters = [
-            ("resource_metadata", self.resource_metadata),
+            ("resource_metadata", self.resource_metadata.as_deref()),
             ("scope", self.scope),
             ("error", self.error),
-            ("error_description", self.description),
+            ("error_description", self.description.as_deref()),
         ];
         for (name, value) in parameters {
             if let Some(value) = value {
@@ -293,10 +285,10 @@ mod tests {
     fn the_challenge_is_spelled_once() {
         assert_eq!(Challenge::default().header(), CHALLENGE);
         let full = Challenge {
-            resource_metadata: Some("https://h/.well-known/oauth-protected-resource/a/mcp"),
+            resource_metadata: Some("https://h/.well-known/oauth-protected-resource/a/mcp".to_owned()),
             scope: Some("mcp"),
             error: Some("invalid_token"),
-            description: Some("a \"quoted\" \\ reason"),
+            description: Some("a \"quoted\" \\ reason".to_owned()),
         };
         assert_eq!(
             full.header(),
@@ -304,7 +296,7 @@ mod tests {
              scope=\"mcp\", error=\"invalid_token\", error_description=\"a quoted  reason\""
         );
         // Control characters, which a header value cannot hold, are dropped.
-        let broken = Challenge { description: Some("line\nbreak"), ..Challenge::default() };
+        let broken = Challenge { description: Some("line\nbreak".to_owned()), ..Challenge::default() };
         assert_eq!(broken.header(), "Bearer realm=\"hivegate\", error_description=\"linebreak\"");
     }
 }

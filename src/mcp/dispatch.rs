@@ -185,7 +185,7 @@ pub async fn call(ctx: &Context<'_>, call: &Call) -> Result<Answer, McpError> {
         Method::Subscribe | Method::Unsubscribe if ctx.session.is_none() => Err(McpError::MissingSession),
         Method::Subscribe => methods::run::<subscribe::Subscribe>(ctx, params).await,
         Method::Unsubscribe => methods::run::<subscribe::Unsubscribe>(ctx, params).await,
-        // A listen is answered with a stream, by the transport (see `super::listen`), never from here.
+        // A listen is answered with a stream, by the transport (see `super::stream::listen`), never from here.
         Method::Listen => Err(McpError::Internal),
         Method::Initialized | Method::Cancelled => Err(not_found()),
     };

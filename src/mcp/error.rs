@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::jsonrpc::{self, RequestId};
 use super::types::SUPPORTED_VERSIONS;
+use crate::http::auth::Challenge;
 use crate::metrics::{Limit, Refused};
 use crate::store::StoreError;
 
@@ -34,7 +35,6 @@ pub mod code {
     pub const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
 }
 
-use crate::http::auth::CHALLENGE;
 /// Seconds a client should wait before retrying while the database is unreachable.
 const UNAVAILABLE_RETRY_AFTER_SECS: &str = "1";
 
@@ -256,7 +256,7 @@ impl McpError {
         let headers = response.headers_mut();
         match &self {
             McpError::Unauthenticated | McpError::OperatorToken | McpError::InvalidToken(_) => {
-                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(CHALLENGE));
+                Challenge::default().put_on(headers);
             }
             McpError::Unavailable | McpError::ShuttingDown | McpError::AuditOverloaded => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static(UNAVAILABLE_RETRY_AFTER_SECS));
@@ -319,6 +319,6 @@ mod tests {
     fn unauthenticated_carries_the_challenge() {
         let response = McpError::Unauthenticated.into_http(None);
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
-        assert_eq!(response.headers()[header::WWW_AUTHENTICATE], CHALLENGE);
+        assert_eq!(response.headers()[header::WWW_AUTHENTICATE], crate::http::auth::CHALLENGE);
     }
 }

@@ -16,30 +16,51 @@ pub enum ReplyFormat {
     EventStream,
 }
 
+/// The media ranges that answer with JSON.
+const JSON_RANGES: [&str; 3] = ["application/json", "application/*", "*/*"];
+/// The media ranges that take an event stream.
+const EVENT_STREAM_RANGES: [&str; 3] = ["text/event-stream", "text/*", "*/*"];
+
 /// The response format `Accept` allows; absent means anything. 406 when it allows neither JSON nor SSE.
 pub fn reply_format(headers: &HeaderMap) -> Result<ReplyFormat, McpError> {
-    let mut ranges = headers
-        .get_all(axum::http::header::ACCEPT)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .filter_map(media_range)
-        .peekable();
-    if ranges.peek().is_none() {
+    let Some(accept) = Accept::of(headers) else {
         return Ok(ReplyFormat::Json);
-    }
-    let (mut json, mut event_stream) = (false, false);
-    for (range, quality_allows) in ranges {
-        if !quality_allows {
-            continue;
-        }
-        json |= matches!(range.as_str(), "application/json" | "application/*" | "*/*");
-        event_stream |= matches!(range.as_str(), "text/event-stream" | "text/*");
-    }
-    match (json, event_stream) {
+    };
+    match (accept.allows(&JSON_RANGES), accept.allows(&EVENT_STREAM_RANGES)) {
         (true, _) => Ok(ReplyFormat::Json),
         (false, true) => Ok(ReplyFormat::EventStream),
         (false, false) => Err(McpError::NotAcceptable),
+    }
+}
+
+/// Whether `Accept` allows an event stream (absent allows anything): a `GET` stream or a listen needs it.
+pub fn accepts_event_stream(headers: &HeaderMap) -> bool {
+    Accept::of(headers).is_none_or(|accept| accept.allows(&EVENT_STREAM_RANGES))
+}
+
+/// The `Accept` of a request: the media ranges it names whose `q` is above zero, lower-cased. The one
+/// place `Accept` is parsed.
+struct Accept {
+    allowed: Vec<String>,
+}
+
+impl Accept {
+    /// `None` when the request names no media range (no `Accept`, or an empty one): anything goes.
+    fn of(headers: &HeaderMap) -> Option<Self> {
+        let mut ranges = headers
+            .get_all(axum::http::header::ACCEPT)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .filter_map(media_range)
+            .peekable();
+        ranges.peek()?;
+        Some(Self { allowed: ranges.filter(|(_, quality_allows)| *quality_allows).map(|(range, _)| range).collect() })
+    }
+
+    /// Whether it allows any of `ranges`.
+    fn allows(&self, ranges: &[&str]) -> bool {
+        self.allowed.iter().any(|range| ranges.contains(&range.as_str()))
     }
 }
 
@@ -87,9 +108,7 @@ mod tests {
     use super::*;
 
     fn accept(value: &str) -> Result<ReplyFormat, McpError> {
-        let mut headers = HeaderMap::new();
-        headers.insert("accept", HeaderValue::from_str(value).expect("header"));
-        reply_format(&headers)
+        reply_format(&with("accept", value))
     }
 
     #[test]
@@ -101,6 +120,21 @@ mod tests {
         assert_eq!(accept("application/json;q=0, text/event-stream").ok(), Some(ReplyFormat::EventStream));
         assert!(matches!(accept("text/html"), Err(McpError::NotAcceptable)));
         assert_eq!(accept("Application/JSON; charset=utf-8").ok(), Some(ReplyFormat::Json));
+    }
+
+    fn with(name: &'static str, value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(name, HeaderValue::from_str(value).expect("header value"));
+        headers
+    }
+
+    #[test]
+    fn accept_for_streams() {
+        assert!(accepts_event_stream(&HeaderMap::new()));
+        assert!(accepts_event_stream(&with("accept", "text/event-stream")));
+        assert!(accepts_event_stream(&with("accept", "application/json, */*")));
+        assert!(!accepts_event_stream(&with("accept", "application/json")));
+        assert!(!accepts_event_stream(&with("accept", "text/event-stream;q=0")));
     }
 
     #[test]

@@ -7,7 +7,6 @@
 //! believes idle is re-read before it is declared expired, since another replica may have seen it since.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
@@ -19,7 +18,7 @@ use crate::domain::AgentId;
 use crate::domain::model::KeyRecord;
 use crate::domain::session::{Session, SessionDigest, SessionToken};
 use crate::domain::time::Timestamp;
-use crate::events::{BusHook, BusMessage, CacheGate};
+use crate::events::{BusHook, BusMessage, CacheGate, Stale};
 use crate::store::{Store, StoreError};
 
 /// Sessions kept in memory at most; beyond this they are dropped and reloaded on demand.
@@ -40,9 +39,8 @@ pub struct Sessions {
     /// When this replica last wrote each session's `last_seen_at`. Kept apart from `entries` so that an open
     /// stream keeps its session alive even while the session is not cached (after a resync, say).
     touched: FastMap<SessionDigest, Instant>,
-    /// Bumped on every invalidation, so that a load that raced with one is not cached.
-    generation: AtomicU64,
-    /// Closed while the bus may be missing messages: sessions are then read from the database every time.
+    /// Closed while the bus may be missing messages (sessions are then read from the database every time);
+    /// its generation keeps a load that raced with an invalidation out of `entries`.
     gate: CacheGate,
 }
 
@@ -56,7 +54,6 @@ impl Sessions {
             touch_every,
             entries: FastMap::default(),
             touched: FastMap::default(),
-            generation: AtomicU64::new(0),
             gate: CacheGate::default(),
         }
     }
@@ -119,13 +116,13 @@ impl Sessions {
     }
 
     async fn load(&self, digest: &SessionDigest) -> Result<Option<Arc<Session>>, McpError> {
-        let generation = self.generation.load(Ordering::Acquire);
+        let generation = self.gate.generation();
         let Some(session) = self.store.get_session(digest).await? else {
             self.entries.remove(digest);
             return Ok(None);
         };
         let session = Arc::new(session);
-        if self.generation.load(Ordering::Acquire) == generation && self.gate.is_open() {
+        if self.gate.may_keep(generation) {
             if self.entries.len() >= MAX_CACHED {
                 self.entries.clear();
             }
@@ -174,7 +171,7 @@ impl Sessions {
     }
 
     fn forget(&self, keep: impl Fn(&Session) -> bool) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.gate.invalidate();
         self.entries.retain(|digest, cached| {
             let is_kept = keep(cached);
             if !is_kept {
@@ -187,23 +184,15 @@ impl Sessions {
 
 impl BusHook for Sessions {
     fn apply(&self, message: &BusMessage) {
-        if self.gate.apply(message, || self.forget(|_| false)) {
-            return;
-        }
-        match message {
-            BusMessage::SessionEnded { session, .. } => self.forget(|cached| cached.digest.as_str() != session),
-            BusMessage::AgentDeleted { agent } => self.forget(|cached| cached.agent_id.as_str() != agent),
-            BusMessage::KeyRevoked { key, .. } => self.forget(|cached| &cached.key_id != key),
-            BusMessage::Offline | BusMessage::Resync => {}
-            BusMessage::Change { .. }
-            | BusMessage::AgentChanged { .. }
-            | BusMessage::KeyChanged { .. }
-            | BusMessage::Barrier { .. }
-            | BusMessage::Ack { .. }
-            | BusMessage::Beat { .. }
-            | BusMessage::Subscribed { .. }
-            | BusMessage::Unsubscribed { .. }
-            | BusMessage::StreamOpened { .. } => {}
-        }
+        self.gate.apply(
+            message,
+            || self.forget(|_| false),
+            |stale| match stale {
+                Stale::Session { session, .. } => self.forget(|cached| &cached.digest != session),
+                Stale::Agent { agent, is_deleted: true } => self.forget(|cached| &cached.agent_id != agent),
+                Stale::Key { key, is_revoked: true } => self.forget(|cached| cached.key_id != key),
+                _ => {}
+            },
+        );
     }
 }

@@ -5,8 +5,8 @@
 //! ([`super::dispatch`]).
 //!
 //! A legacy `initialize` that succeeds issues a session (`Mcp-Session-Id`); a modern
-//! `subscriptions/listen` is answered with a stream ([`super::listen`]). `GET` and `DELETE` are in
-//! [`super::standalone`].
+//! `subscriptions/listen` is answered with a stream ([`super::stream::listen`]). `GET` and `DELETE` are in
+//! [`super::stream::standalone`].
 //!
 //! Unauthenticated callers never learn whether an agent exists, and every error raised before the body is
 //! parsed carries `id: null`.
@@ -28,12 +28,11 @@ use super::audit::{ErrorCode, Trail};
 use super::dispatch::{self, Context, Method};
 use super::era::{self, Era};
 use super::error::McpError;
-use super::headers::{ReplyFormat, reply_format};
+use super::headers::{ReplyFormat, accepts_event_stream, reply_format};
 use super::jsonrpc::{self, Body, Malformed, Message, RequestId};
 use super::origin;
 use super::span;
-use super::sse;
-use super::standalone::accepts_event_stream;
+use super::stream::sse;
 use super::types::header as header_name;
 use crate::domain::model::{Agent, KeyRecord};
 use crate::domain::session::Session;
@@ -65,14 +64,14 @@ impl Admitted {
 pub(super) struct Refusal {
     error: McpError,
     trail: Option<Trail>,
-    challenge: Option<HeaderValue>,
+    challenge: Option<Challenge>,
 }
 
 impl Refusal {
     pub(super) fn into_http(self) -> Response {
         let mut response = self.error.into_http(None);
         if let Some(challenge) = self.challenge {
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
+            challenge.put_on(response.headers_mut());
         }
         match self.trail {
             Some(trail) => trail.attach(response),
@@ -90,7 +89,7 @@ impl From<McpError> for Refusal {
 /// Every request to `/{agent_id}/mcp`: CORS ([`crate::http::cors`]: a preflight is answered here) around the
 /// failed-authentication guard and the `RateLimit*` fields
 /// ([`crate::guard::mcp_gate`]) around the audit ([`super::audit::record`]) around the method's handler:
-/// [`post`], [`super::standalone::get`] (`HEAD` too) and [`super::standalone::delete`]; any other method is
+/// [`post`], [`super::stream::standalone::get`] (`HEAD` too) and [`super::stream::standalone::delete`]; any other method is
 /// 405.
 pub async fn endpoint(State(state): State<AppState>, request: Request) -> Response {
     let cors = crate::http::cors::Cors::of(&state, &request);
@@ -105,8 +104,8 @@ pub async fn endpoint(State(state): State<AppState>, request: Request) -> Respon
             let state = State(state.clone());
             match *request.method() {
                 http::Method::POST => post(state, path, request).await,
-                http::Method::GET | http::Method::HEAD => super::standalone::get(state, path, request).await,
-                http::Method::DELETE => super::standalone::delete(state, path, request).await,
+                http::Method::GET | http::Method::HEAD => super::stream::standalone::get(state, path, request).await,
+                http::Method::DELETE => super::stream::standalone::delete(state, path, request).await,
                 _ => method_not_allowed().await,
             }
         })
@@ -192,10 +191,12 @@ pub(super) async fn admit(
     let path_agent = path.ok().and_then(|Path(id)| AgentId::parse(&id).ok());
     let oauth = path_agent.as_ref().filter(|agent| state.oauth.is_on_for(agent.as_str()));
     // The OAuth challenge for a refusal with this error code (none while OAuth is off for the agent).
-    let challenge = |error: Option<&'static str>, description: Option<&str>| {
-        oauth.map(|agent| {
-            let url = state.oauth.metadata_url(agent.as_str());
-            Challenge { resource_metadata: Some(&url), scope: Some(oauth::SCOPE), error, description }.header()
+    let challenge = |error: Option<&'static str>, description: Option<String>| {
+        oauth.map(|agent| Challenge {
+            resource_metadata: Some(state.oauth.metadata_url(agent.as_str())),
+            scope: Some(oauth::SCOPE),
+            error,
+            description,
         })
     };
     let authenticated = state.oauth.authenticate(&state.keys, headers, path_agent.as_ref()).await;
@@ -225,8 +226,7 @@ pub(super) async fn admit(
                     return Err(McpError::Unavailable.into());
                 }
             };
-            let description = code.map(|_| error.to_string());
-            let challenge = challenge(code, description.as_deref());
+            let challenge = challenge(code, code.map(|_| error.to_string()));
             return Err(Refusal { error, trail: None, challenge });
         }
     };
@@ -253,8 +253,7 @@ pub(super) async fn admit(
     }
     if !key.has_scope(Scope::Mcp) {
         let error = McpError::Forbidden("the key does not have scope mcp");
-        let description = error.to_string();
-        let challenge = if is_token { challenge(Some("insufficient_scope"), Some(&description)) } else { None };
+        let challenge = if is_token { challenge(Some("insufficient_scope"), Some(error.to_string())) } else { None };
         return Err(Refusal { challenge, ..refused(error, "") });
     }
     let slot = parts.extensions.get::<RateLimitSlot>();
@@ -427,7 +426,7 @@ async fn listen(
     if !accepts_event_stream(headers) {
         return McpError::NotAcceptable.into_http(Some(id));
     }
-    match super::listen::open(state, admitted, id, params).await {
+    match super::stream::listen::open(state, admitted, id, params).await {
         Ok(body) => (StatusCode::OK, sse::headers(), body).into_response(),
         Err(error) if error.status() == StatusCode::OK => {
             failed(reply(ReplyFormat::Json, jsonrpc::failure(Some(id), &error)), &error)
@@ -448,21 +447,6 @@ pub(super) fn reply(format: ReplyFormat, json: Vec<u8>) -> Response {
             (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], json)
                 .into_response()
         }
-        ReplyFormat::EventStream => {
-            let mut event = Vec::with_capacity(json.len() + 24);
-            event.extend_from_slice(b"event: message\ndata: ");
-            event.extend_from_slice(&json);
-            event.extend_from_slice(b"\n\n");
-            (
-                StatusCode::OK,
-                [
-                    (header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream")),
-                    (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-                    (header::HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no")),
-                ],
-                event,
-            )
-                .into_response()
-        }
+        ReplyFormat::EventStream => (StatusCode::OK, sse::headers(), sse::message(&json)).into_response(),
     }
 }

@@ -8,7 +8,6 @@
 //! the token acts as. Nothing of the token is logged.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, Validation};
@@ -20,7 +19,7 @@ use super::{AuthError, Grant, SCOPE};
 use crate::FastMap;
 use crate::domain::time::Timestamp;
 use crate::domain::{AgentId, Scope};
-use crate::events::{BusHook, BusMessage, CacheGate};
+use crate::events::{BusHook, BusMessage, CacheGate, Stale};
 use crate::store::Store;
 
 /// The claims hivegate reads; `iss`, `aud`, `exp` and `nbf` are checked by [`jsonwebtoken`].
@@ -64,18 +63,17 @@ pub struct External {
 /// Granted subjects, (agent, subject) → the key id, so that a token costs no database read once its subject
 /// was seen. Only grants that exist are kept (at most the stored grants). Entries are dropped by the bus
 /// messages a grant's change commits with (`KeyChanged` of the key it named), by a key's revocation, by the
-/// agent's deletion, and all of them while the bus is offline; `generation` keeps a read that raced an
+/// agent's deletion, and all of them while the bus is offline; the gate's generation keeps a read that raced an
 /// invalidation out of the map, as in [`crate::http::auth::KeyCache`].
 #[derive(Default)]
 struct GrantCache {
     entries: FastMap<(AgentId, String), String>,
-    generation: AtomicU64,
     gate: CacheGate,
 }
 
 impl GrantCache {
     fn forget(&self, keep: impl Fn(&(AgentId, String), &String) -> bool) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.gate.invalidate();
         self.entries.retain(|lookup, key| keep(lookup, key));
     }
 }
@@ -83,16 +81,15 @@ impl GrantCache {
 impl BusHook for External {
     fn apply(&self, message: &BusMessage) {
         let grants = &self.grants;
-        if grants.gate.apply(message, || grants.forget(|_, _| false)) {
-            return;
-        }
-        match message {
-            BusMessage::KeyRevoked { key, .. } | BusMessage::KeyChanged { key, .. } => {
-                grants.forget(|_, granted| granted != key)
-            }
-            BusMessage::AgentDeleted { agent } => grants.forget(|(granted, _), _| granted.as_str() != agent),
-            _ => {}
-        }
+        grants.gate.apply(
+            message,
+            || grants.forget(|_, _| false),
+            |stale| match stale {
+                Stale::Key { key, .. } => grants.forget(|_, granted| granted != key),
+                Stale::Agent { agent, is_deleted: true } => grants.forget(|(granted, _), _| granted != agent),
+                _ => {}
+            },
+        );
     }
 }
 
@@ -169,11 +166,10 @@ impl External {
         if let Some(key) = self.grants.entries.get(&lookup) {
             return Ok(Some(key.clone()));
         }
-        let generation = self.grants.generation.load(Ordering::Acquire);
+        let generation = self.grants.gate.generation();
         let Some(grant) = self.store.get_oauth_subject(agent, &self.issuer, subject).await? else { return Ok(None) };
         if let dashmap::Entry::Vacant(slot) = self.grants.entries.entry(lookup)
-            && self.grants.generation.load(Ordering::Acquire) == generation
-            && self.grants.gate.is_open()
+            && self.grants.gate.may_keep(generation)
         {
             slot.insert(grant.key_id.clone());
         }

@@ -14,7 +14,7 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::FastMap;
@@ -23,7 +23,7 @@ use crate::domain::model::Agent;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-use crate::events::{BusHook, BusMessage, CacheGate};
+use crate::events::{BusHook, BusMessage, CacheGate, Stale};
 use crate::metrics::ResultLabels;
 use crate::store::{Store, StoreResult};
 
@@ -79,9 +79,8 @@ struct RegistryInner {
 pub struct RegistryCache {
     store: Arc<dyn Store>,
     agents: FastMap<AgentId, Arc<Agent>>,
-    /// Bumped on every agent invalidation, so a load that raced with one is not cached.
-    agent_generation: AtomicU64,
-    /// Closed while the bus may be missing messages: nothing is cached until it resyncs.
+    /// Closed while the bus may be missing messages: nothing is cached until it resyncs. Its generation
+    /// counts agent invalidations, so an agent row whose load raced with one is not cached.
     gate: CacheGate,
     registries: FastMap<AgentId, Arc<Registry>>,
     /// Estimated bytes held by live registries.
@@ -98,7 +97,6 @@ impl RegistryCache {
         Self {
             store,
             agents: FastMap::default(),
-            agent_generation: AtomicU64::new(0),
             gate: CacheGate::default(),
             registries: FastMap::default(),
             bytes: AtomicUsize::new(0),
@@ -131,7 +129,7 @@ impl RegistryCache {
         if let Some(agent) = self.agents.get(id) {
             return Ok(Some(agent.clone()));
         }
-        let generation = self.agent_generation.load(Ordering::Acquire);
+        let generation = self.gate.generation();
         let Some(agent) = self.store.get_agent(id).await? else {
             return Ok(None);
         };
@@ -141,8 +139,7 @@ impl RegistryCache {
         }
         // Compared under the entry's shard lock, so an invalidation cannot slip between check and insert.
         if let dashmap::Entry::Vacant(slot) = self.agents.entry(id.clone())
-            && self.agent_generation.load(Ordering::Acquire) == generation
-            && self.gate.is_open()
+            && self.gate.may_keep(generation)
         {
             slot.insert(agent.clone());
         }
@@ -221,16 +218,14 @@ impl RegistryCache {
         }
     }
 
-    fn drop_agent(&self, agent: &str) {
-        self.agent_generation.fetch_add(1, Ordering::AcqRel);
-        if let Ok(id) = AgentId::parse(agent) {
-            self.agents.remove(&id);
-            self.drop_registry(&id);
-        }
+    fn drop_agent(&self, agent: &AgentId) {
+        self.gate.invalidate();
+        self.agents.remove(agent);
+        self.drop_registry(agent);
     }
 
     fn drop_everything(&self) {
-        self.agent_generation.fetch_add(1, Ordering::AcqRel);
+        self.gate.invalidate();
         self.agents.clear();
         let all: Vec<AgentId> = self.registries.iter().map(|entry| entry.key().clone()).collect();
         for agent in all {
@@ -252,27 +247,15 @@ fn lookup<T: Send + Sync + 'static>(registry: &Registry, key: &Key) -> Option<Ar
 
 impl BusHook for RegistryCache {
     fn apply(&self, message: &BusMessage) {
-        if self.gate.apply(message, || self.drop_everything()) {
-            return;
-        }
-        match message {
-            BusMessage::Change { agent, .. } => {
-                if let Ok(id) = AgentId::parse(agent) {
-                    self.drop_registry(&id);
-                }
-            }
-            BusMessage::AgentChanged { agent } | BusMessage::AgentDeleted { agent } => self.drop_agent(agent),
-            BusMessage::Offline | BusMessage::Resync => {}
-            BusMessage::KeyRevoked { .. }
-            | BusMessage::KeyChanged { .. }
-            | BusMessage::Barrier { .. }
-            | BusMessage::Ack { .. }
-            | BusMessage::Beat { .. }
-            | BusMessage::SessionEnded { .. }
-            | BusMessage::Subscribed { .. }
-            | BusMessage::Unsubscribed { .. }
-            | BusMessage::StreamOpened { .. } => {}
-        }
+        self.gate.apply(
+            message,
+            || self.drop_everything(),
+            |stale| match stale {
+                Stale::Registry { agent, .. } => self.drop_registry(agent),
+                Stale::Agent { agent, .. } => self.drop_agent(agent),
+                Stale::Key { .. } | Stale::Session { .. } => {}
+            },
+        );
     }
 }
 

@@ -69,7 +69,7 @@ async fn a_change_drops_only_that_agents_entries() {
     let (calls_a, calls_b) = (AtomicU32::new(0), AtomicU32::new(0));
     load(&f.cache, &a, Key::Templates, &calls_a, 10).await;
     load(&f.cache, &b, Key::Templates, &calls_b, 10).await;
-    f.bus.publish(BusMessage::Change { agent: "a".into(), seq: 1 });
+    f.bus.publish(BusMessage::Change { agent: agent("a"), seq: 1 });
     load(&f.cache, &a, Key::Templates, &calls_a, 10).await;
     load(&f.cache, &b, Key::Templates, &calls_b, 10).await;
     assert_eq!((calls_a.load(Ordering::SeqCst), calls_b.load(Ordering::SeqCst)), (2, 1));
@@ -88,7 +88,7 @@ async fn a_load_that_races_an_invalidation_is_not_kept() {
         .get_or_load(&a, Key::Templates, || async {
             calls.fetch_add(1, Ordering::SeqCst);
             // The change commits while this (stale) read is in flight.
-            bus.publish(BusMessage::Change { agent: "a".into(), seq: 1 });
+            bus.publish(BusMessage::Change { agent: agent("a"), seq: 1 });
             Ok(Loaded { value: "stale".to_owned(), bytes: Some(5) })
         })
         .await
@@ -113,7 +113,7 @@ async fn agent_rows_are_cached_and_dropped() {
     assert_eq!(f.cache.agent(&agent("bot")).await.expect("read").expect("exists").name, "Bot");
     assert!(f.cache.agent(&agent("nobody")).await.expect("read").is_none());
     f.store.delete_agent(&agent("bot"), &actor).await.expect("delete");
-    f.bus.publish(BusMessage::AgentDeleted { agent: "bot".into() });
+    f.bus.publish(BusMessage::AgentDeleted { agent: agent("bot") });
     assert!(f.cache.agent(&agent("bot")).await.expect("read").is_none());
 }
 
@@ -140,7 +140,7 @@ async fn a_published_change_releases_memory_at_once() {
     let calls = AtomicU32::new(0);
     load(&f.cache, &agent("a"), Key::Templates, &calls, 100).await;
     assert!(f.cache.bytes() > 0);
-    f.bus.publish(BusMessage::Change { agent: "a".into(), seq: 1 });
+    f.bus.publish(BusMessage::Change { agent: agent("a"), seq: 1 });
     assert_eq!(f.cache.bytes(), 0, "the hook drops the agent's entries before publish returns");
 }
 

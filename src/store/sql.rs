@@ -656,7 +656,7 @@ macro_rules! impl_store {
                     now: Timestamp,
                 ) -> StoreResult<()> {
                     Self::insert_event(&mut tx, agent, seq, change, now).await?;
-                    self.commit(tx, vec![BusMessage::Change { agent: agent.to_string(), seq }]).await
+                    self.commit(tx, vec![BusMessage::Change { agent: agent.clone(), seq }]).await
                 }
 
                 async fn resource_in(

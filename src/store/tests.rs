@@ -108,7 +108,7 @@ async fn next_message(bus: &mut Receiver<BusMessage>) -> BusMessage {
 }
 
 fn change(agent: &str, seq: i64) -> BusMessage {
-    BusMessage::Change { agent: agent.to_owned(), seq }
+    BusMessage::Change { agent: agent_id(agent), seq }
 }
 
 /// Everything the admin API and the MCP endpoint ask of a store, on one agent's life.
@@ -126,10 +126,10 @@ async fn story(store: &dyn Store, bus: &mut Receiver<BusMessage>) -> TestResult 
     // Agents.
     let created = store.create_agent(&new_agent("story"), &actor).await?;
     assert_ne!(created.epoch, 0);
-    assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: "story".into() });
+    assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: agent_id("story") });
     assert!(matches!(store.create_agent(&new_agent("story"), &actor).await, Err(StoreError::Conflict)));
     store.create_agent(&new_agent("other"), &actor).await?;
-    assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: "other".into() });
+    assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: agent_id("other") });
     let first = store.list_agents(None, 1).await?;
     assert_eq!(first.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), ["other"]);
     let rest = store.list_agents(Some("other"), 10).await?;
@@ -142,10 +142,10 @@ async fn story(store: &dyn Store, bus: &mut Receiver<BusMessage>) -> TestResult 
     let updated = store.update_agent(&story, &patch, &actor).await?;
     assert_eq!(updated.description.as_deref(), Some("helps"));
     assert_eq!(updated.name, "Agent story");
-    assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: "story".into() });
+    assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: agent_id("story") });
     let cleared = AgentPatch { rate_limit: Some(None), cache_ttl_ms: Some(Some(60_000)), ..AgentPatch::default() };
     store.update_agent(&story, &cleared, &actor).await?;
-    assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: "story".into() });
+    assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: agent_id("story") });
     let fetched = store.get_agent(&story).await?.ok_or("agent")?;
     assert_eq!((fetched.rate_limit, fetched.cache_ttl_ms, fetched.epoch), (None, Some(60_000), created.epoch));
     assert_eq!(fetched.description.as_deref(), Some("helps"));
@@ -167,7 +167,7 @@ async fn story(store: &dyn Store, bus: &mut Receiver<BusMessage>) -> TestResult 
     assert!(matches!(store.revoke_key(&agent_id("other"), &k1.id, &actor).await, Err(StoreError::NotFound)));
     assert!(matches!(store.revoke_key(&story, "unknown", &actor).await, Err(StoreError::NotFound)));
     store.revoke_key(&story, &k1.id, &actor).await?;
-    let revoked = BusMessage::KeyRevoked { agent: "story".into(), key: k1.id.clone() };
+    let revoked = BusMessage::KeyRevoked { agent: agent_id("story"), key: k1.id.clone() };
     assert_eq!(next_message(bus).await, revoked);
     let first_revocation = store.find_key("d1").await?.ok_or("key d1")?.revoked_at.ok_or("revoked")?;
     store.revoke_key(&story, &k1.id, &actor).await?;
@@ -320,7 +320,7 @@ async fn story(store: &dyn Store, bus: &mut Receiver<BusMessage>) -> TestResult 
 
     // Deleting the agent takes its keys, registry and events with it.
     store.delete_agent(&story, &actor).await?;
-    assert_eq!(next_message(bus).await, BusMessage::AgentDeleted { agent: "story".into() });
+    assert_eq!(next_message(bus).await, BusMessage::AgentDeleted { agent: agent_id("story") });
     assert!(store.get_agent(&story).await?.is_none());
     assert!(store.find_key("d2").await?.is_none());
     assert!(store.events_after(&story, 0, 100).await?.is_empty());
@@ -333,7 +333,7 @@ async fn story(store: &dyn Store, bus: &mut Receiver<BusMessage>) -> TestResult 
     // A re-created agent starts its sequence afresh, under a new epoch.
     let again = store.create_agent(&new_agent("story"), &actor).await?;
     assert_ne!(again.epoch, created.epoch);
-    assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: "story".into() });
+    assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: agent_id("story") });
     store.put_resource(&story, &text_resource("x://b", "b", "x"), &actor).await?;
     assert_eq!(next_message(bus).await, change("story", 1));
     store.ping().await?;
@@ -744,7 +744,7 @@ async fn concurrent_writers(store: Arc<dyn Store>, bus: &mut Receiver<BusMessage
     const WRITES: usize = 25;
     let busy = agent_id("busy");
     store.create_agent(&new_agent("busy"), &actor()).await?;
-    assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: "busy".into() });
+    assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: agent_id("busy") });
     let writers = (0..WRITERS).map(|writer| {
         let store = store.clone();
         let busy = busy.clone();
@@ -975,7 +975,7 @@ async fn postgres_listener_resyncs_after_losing_its_connection() -> TestResult {
     let mut messages = bus.subscribe();
     let mut listener = PgBus::start(&db.url, bus).await?;
     store.create_agent(&new_agent("story"), &actor()).await?;
-    assert_eq!(next_message(&mut messages).await, BusMessage::AgentChanged { agent: "story".into() });
+    assert_eq!(next_message(&mut messages).await, BusMessage::AgentChanged { agent: agent_id("story") });
 
     for round in 1..=2 {
         let pool = sqlx::PgPool::connect(&db.url).await?;

@@ -495,7 +495,7 @@ macro_rules! impl_store_methods {
                 };
                 Self::insert_audit(&mut tx, audit, now).await?;
                 self.check_byte_quotas(&mut tx, &created.id).await?;
-                self.commit(tx, vec![BusMessage::AgentChanged { agent: created.id.to_string() }]).await?;
+                self.commit(tx, vec![BusMessage::AgentChanged { agent: created.id.clone() }]).await?;
                 Ok(created)
             }
 
@@ -579,7 +579,7 @@ macro_rules! impl_store_methods {
                 };
                 Self::insert_audit(&mut tx, audit, now).await?;
                 self.check_byte_quotas(&mut tx, id).await?;
-                self.commit(tx, vec![BusMessage::AgentChanged { agent: id.to_string() }]).await?;
+                self.commit(tx, vec![BusMessage::AgentChanged { agent: id.clone() }]).await?;
                 Ok(after)
             }
 
@@ -607,7 +607,7 @@ macro_rules! impl_store_methods {
                     after: None,
                 };
                 Self::insert_audit(&mut tx, audit, now).await?;
-                self.commit(tx, vec![BusMessage::AgentDeleted { agent: id.to_string() }]).await
+                self.commit(tx, vec![BusMessage::AgentDeleted { agent: id.clone() }]).await
             }
 
             #[tracing::instrument(skip_all, fields(agent = %key.agent_id, key = %key.id))]
@@ -707,7 +707,7 @@ macro_rules! impl_store_methods {
                     after: Some(record_digest(&after, None)),
                 };
                 Self::insert_audit(&mut tx, audit, now).await?;
-                let revoked = BusMessage::KeyRevoked { agent: agent.to_string(), key: key_id.to_owned() };
+                let revoked = BusMessage::KeyRevoked { agent: agent.clone(), key: key_id.to_owned() };
                 self.commit(tx, vec![revoked]).await
             }
 
@@ -765,7 +765,7 @@ macro_rules! impl_store_methods {
                     after: Some(record_digest(&after, None)),
                 };
                 Self::insert_audit(&mut tx, audit, now).await?;
-                let changed = BusMessage::KeyChanged { agent: agent.to_string(), key: key_id.to_owned() };
+                let changed = BusMessage::KeyChanged { agent: agent.clone(), key: key_id.to_owned() };
                 self.commit(tx, vec![changed]).await?;
                 Ok(after)
             }

@@ -122,7 +122,7 @@ macro_rules! impl_session_sql {
                     .map_err(Self::error)?
                     .rows_affected();
                 let messages = if deleted > 0 {
-                    vec![BusMessage::SessionEnded { agent: agent.to_string(), session: digest.as_str().to_owned() }]
+                    vec![BusMessage::SessionEnded { agent: agent.clone(), session: digest.clone() }]
                 } else {
                     Vec::new()
                 };
@@ -163,11 +163,7 @@ macro_rules! impl_session_sql {
                 .map_err(Self::error)?
                 .rows_affected();
                 let messages = if added > 0 {
-                    vec![BusMessage::Subscribed {
-                        agent: agent.to_string(),
-                        session: digest.as_str().to_owned(),
-                        uri: uri.as_str().to_owned(),
-                    }]
+                    vec![BusMessage::Subscribed { agent: agent.clone(), session: digest.clone(), uri: uri.clone() }]
                 } else {
                     Vec::new()
                 };
@@ -184,14 +180,12 @@ macro_rules! impl_session_sql {
                     .await
                     .map_err(Self::error)?
                     .rows_affected();
-                let messages = if removed > 0 {
-                    vec![BusMessage::Unsubscribed {
-                        agent: agent.to_string(),
-                        session: digest.as_str().to_owned(),
-                        uri: uri.to_owned(),
-                    }]
-                } else {
-                    Vec::new()
+                // Only valid URIs are ever subscribed, so a removed one parses.
+                let messages = match ResourceUri::parse(uri) {
+                    Ok(uri) if removed > 0 => {
+                        vec![BusMessage::Unsubscribed { agent: agent.clone(), session: digest.clone(), uri }]
+                    }
+                    _ => Vec::new(),
                 };
                 self.commit(tx, messages).await
             }

@@ -142,7 +142,7 @@ macro_rules! impl_subject_sql {
                 Self::insert_audit(&mut tx, audit, now).await?;
                 let messages = before
                     .as_ref()
-                    .map(|before| BusMessage::KeyChanged { agent: agent.to_string(), key: before.key_id.clone() })
+                    .map(|before| BusMessage::KeyChanged { agent: agent.clone(), key: before.key_id.clone() })
                     .into_iter()
                     .collect();
                 self.commit(tx, messages).await?;
@@ -229,7 +229,7 @@ macro_rules! impl_subject_sql {
                     after: None,
                 };
                 Self::insert_audit(&mut tx, audit, now).await?;
-                let changed = BusMessage::KeyChanged { agent: agent.to_string(), key: before.key_id };
+                let changed = BusMessage::KeyChanged { agent: agent.clone(), key: before.key_id };
                 self.commit(tx, vec![changed]).await
             }
         }

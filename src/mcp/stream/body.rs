@@ -3,9 +3,10 @@
 //! The stream is a [`futures::Stream`] polled by the connection's own task whenever the socket can take
 //! more (no task of its own): it writes what is pending, then waits for the next change from its queue or
 //! the next keep-alive. It keeps its position (the last event sequence number it dealt with) in
-//! [`Shared::cursor`]: a change at or before it is a duplicate and skipped; a change after a gap, a full
-//! queue (`lagged`), or a start from `Last-Event-ID` makes it read the missing events from the event table
-//! itself. A position older than the retention window gets the resync set ([`EventFrames::resync`]).
+//! [`StreamState::cursor`](super::hub::StreamState::cursor): a change at or before it is a duplicate and
+//! skipped; a change after a gap, a full queue (`lagged`), or a start from `Last-Event-ID` makes it read the
+//! missing events from the event table itself. A position older than the retention window gets the resync
+//! set ([`EventFrames::resync`]).
 //!
 //! It ends when the hub drops its queue's sender (shutdown, revoked key, deleted agent, ended or replaced
 //! session, a legacy stream that fell behind) after delivering what is queued, when its key expires (a timer
@@ -26,11 +27,11 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::time::{Interval, MissedTickBehavior, Sleep};
 
 use super::hub::{EVENT_PAGE, Registration};
-use super::session::Sessions;
 use super::sse::{self, EventFrames};
 use crate::domain::AgentId;
 use crate::domain::session::SessionDigest;
 use crate::domain::time::Timestamp;
+use crate::mcp::session::Sessions;
 use crate::store::Store;
 
 /// The era-specific part of a stream.

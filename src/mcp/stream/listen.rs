@@ -15,14 +15,14 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::error::McpError;
-use super::hub::Kind;
-use super::jsonrpc::RequestId;
-use super::methods::params;
+use super::body::{Flavor, Start, Stream};
+use super::hub::StreamKind;
 use super::sse::{self, Interest};
-use super::stream::{Flavor, Start, Stream};
-use super::transport::Admitted;
 use crate::domain::ResourceUri;
+use crate::mcp::error::McpError;
+use crate::mcp::jsonrpc::RequestId;
+use crate::mcp::methods::params;
+use crate::mcp::transport::Admitted;
 use crate::state::AppState;
 
 /// The `notifications` filter of a listen request; absent fields are not subscribed.
@@ -99,14 +99,14 @@ impl Listen {
 }
 
 /// Opens the listen stream for request `id`: the acknowledgement, then live notifications.
-pub(super) async fn open(
+pub(in crate::mcp) async fn open(
     state: &AppState,
     admitted: &Admitted,
     id: &RequestId,
     params: Option<Value>,
 ) -> Result<axum::body::Body, McpError> {
     let listen = Listen::parse(params, state.config.sessions.max_subscriptions)?;
-    let kind = Kind::Modern { listen_id: id.to_value() };
+    let kind = StreamKind::Modern { listen_id: id.to_value() };
     let registration = state.hub.register(&admitted.agent, &admitted.key.id, kind, listen.interest)?;
     let (_, head) = state.store.event_head(&admitted.agent.id).await?.ok_or(McpError::UnknownAgent)?;
     let listen_id = id.as_raw().to_owned();

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use super::hub::{EVENT_PAGE, Kind, Shared};
+use super::hub::{EVENT_PAGE, StreamKind, StreamState};
 use super::sse::EventFrames;
 use crate::domain::AgentId;
 use crate::domain::session::SessionDigest;
@@ -22,8 +22,8 @@ use crate::store::Store;
 /// One stream as the hub and the pump see it.
 pub(super) struct Handle {
     pub(super) key_id: String,
-    pub(super) kind: Kind,
-    pub(super) shared: Arc<Shared>,
+    pub(super) kind: StreamKind,
+    pub(super) shared: Arc<StreamState>,
     /// When the stream opened (the console's live page shows it).
     pub(super) opened_at: crate::domain::time::Timestamp,
     /// Dropping it (removing the handle) closes the stream once it has drained its queue.
@@ -73,8 +73,8 @@ impl AgentStreams {
             match handle.queue.try_send(frames.clone()) {
                 Ok(()) => {}
                 Err(mpsc::error::TrySendError::Full(_)) => match handle.kind {
-                    Kind::Legacy { .. } => closed.push(*id),
-                    Kind::Modern { .. } => handle.shared.lagged.store(true, Ordering::Release),
+                    StreamKind::Legacy { .. } => closed.push(*id),
+                    StreamKind::Modern { .. } => handle.shared.lagged.store(true, Ordering::Release),
                 },
                 Err(mpsc::error::TrySendError::Closed(_)) => closed.push(*id),
             }
@@ -90,11 +90,11 @@ impl AgentStreams {
     }
 
     /// The legacy streams' sessions and shared state (a pump reloads their subscriptions after a resync).
-    pub(super) fn legacy_sessions(&self) -> Vec<(SessionDigest, Arc<Shared>)> {
+    pub(super) fn legacy_sessions(&self) -> Vec<(SessionDigest, Arc<StreamState>)> {
         let inner = self.lock();
         let legacy = inner.streams.values().filter_map(|h| match &h.kind {
-            Kind::Legacy { session, .. } => Some((session.clone(), h.shared.clone())),
-            Kind::Modern { .. } => None,
+            StreamKind::Legacy { session, .. } => Some((session.clone(), h.shared.clone())),
+            StreamKind::Modern { .. } => None,
         });
         legacy.collect()
     }

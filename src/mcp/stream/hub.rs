@@ -25,14 +25,14 @@ use dashmap::DashMap;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 
-use super::error::McpError;
 use super::fanout::{self, AgentStreams, Handle, Inner, Signal};
 use super::sse::{EventFrames, Interest};
 use crate::config::StreamsConfig;
 use crate::domain::AgentId;
 use crate::domain::model::Agent;
 use crate::domain::session::SessionDigest;
-use crate::events::{BusHook, BusMessage};
+use crate::events::{BusHook, BusMessage, Meaning, SessionNews, Stale};
+use crate::mcp::error::McpError;
 use crate::metrics::Metrics;
 use crate::store::Store;
 
@@ -41,7 +41,7 @@ pub const EVENT_PAGE: u32 = 500;
 
 /// What a stream shares with the hub and its agent's pump.
 #[derive(Debug)]
-pub struct Shared {
+pub struct StreamState {
     /// The sequence number of the last event the stream has dealt with; -1 until it knows where it starts.
     pub cursor: AtomicI64,
     /// Set when a change could not be queued (the queue was full): catch up from the event table.
@@ -58,7 +58,7 @@ pub struct Shared {
     pub interest: RwLock<Interest>,
 }
 
-impl Shared {
+impl StreamState {
     pub fn interest(&self) -> std::sync::RwLockReadGuard<'_, Interest> {
         self.interest.read().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -75,12 +75,19 @@ impl Shared {
 
 /// Which kind of stream, and what identifies it beyond its agent.
 #[derive(Debug, Clone)]
-pub enum Kind {
+pub enum StreamKind {
     /// A legacy session's `GET` stream; `stream` is its replica-independent id (a second `GET` on the
     /// session, on any replica, closes every other stream of the session).
     Legacy { session: SessionDigest, stream: String },
     /// A `subscriptions/listen` stream, opened by the request with this id.
     Modern { listen_id: Value },
+}
+
+impl StreamKind {
+    /// Whether it is a stream of legacy session `session`.
+    pub fn is_of_session(&self, session: &SessionDigest) -> bool {
+        matches!(self, StreamKind::Legacy { session: s, .. } if s == session)
+    }
 }
 
 /// One open stream as the console's live page shows it.
@@ -125,7 +132,7 @@ pub struct Registration {
     entry: Arc<AgentStreams>,
     id: u64,
     key_id: String,
-    pub shared: Arc<Shared>,
+    pub shared: Arc<StreamState>,
     pub queue: mpsc::Receiver<Arc<EventFrames>>,
 }
 
@@ -179,7 +186,7 @@ impl Hub {
         self: &Arc<Self>,
         agent: &Agent,
         key_id: &str,
-        kind: Kind,
+        kind: StreamKind,
         interest: Interest,
     ) -> Result<Registration, McpError> {
         if self.is_closing.load(Ordering::Acquire) {
@@ -198,7 +205,7 @@ impl Hub {
                 *count == 0
             });
         };
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(StreamState {
             cursor: AtomicI64::new(-1),
             lagged: AtomicBool::new(false),
             is_announced: AtomicBool::new(false),
@@ -228,8 +235,8 @@ impl Hub {
                 undo_key();
                 return Err(McpError::TooManyStreams { scope: "agent", limit: self.max_per_agent });
             }
-            if let Kind::Legacy { session, .. } = &handle.kind {
-                inner.streams.retain(|_, h| !matches!(&h.kind, Kind::Legacy { session: s, .. } if s == session));
+            if let StreamKind::Legacy { session, .. } = &handle.kind {
+                inner.streams.retain(|_, h| !h.kind.is_of_session(session));
             }
             inner.streams.insert(id, handle);
             drop(inner);
@@ -289,8 +296,8 @@ impl Hub {
                 subscriptions.sort();
                 StreamView {
                     era: match &handle.kind {
-                        Kind::Legacy { .. } => "legacy",
-                        Kind::Modern { .. } => "modern",
+                        StreamKind::Legacy { .. } => "legacy",
+                        StreamKind::Modern { .. } => "modern",
                     },
                     key_id: handle.key_id.clone(),
                     opened_at: handle.opened_at,
@@ -318,7 +325,8 @@ impl Hub {
     pub fn cancel(&self, agent: &AgentId, key_id: &str, listen_id: &Value) {
         if let Some(entry) = self.agents.get(agent) {
             entry.close_where(|h| {
-                let is_it = h.key_id == key_id && matches!(&h.kind, Kind::Modern { listen_id: id } if id == listen_id);
+                let is_it =
+                    h.key_id == key_id && matches!(&h.kind, StreamKind::Modern { listen_id: id } if id == listen_id);
                 if is_it {
                     h.shared.is_cancelled.store(true, Ordering::Release);
                 }
@@ -327,16 +335,16 @@ impl Hub {
         }
     }
 
-    fn on_agent(&self, agent: &str, apply: impl FnOnce(&AgentStreams)) {
-        if let Some(entry) = AgentId::parse(agent).ok().and_then(|id| self.agents.get(&id).map(|e| e.clone())) {
+    fn on_agent(&self, agent: &AgentId, apply: impl FnOnce(&AgentStreams)) {
+        if let Some(entry) = self.agents.get(agent).map(|entry| entry.clone()) {
             apply(&entry);
         }
     }
 
-    fn on_session(&self, agent: &str, session: &str, apply: impl Fn(&Handle)) {
+    fn on_session(&self, agent: &AgentId, session: &SessionDigest, apply: impl Fn(&Handle)) {
         self.on_agent(agent, |entry| {
             for handle in entry.lock().streams.values() {
-                if matches!(&handle.kind, Kind::Legacy { session: s, .. } if s.as_str() == session) {
+                if handle.kind.is_of_session(session) {
                     apply(handle);
                 }
             }
@@ -346,29 +354,31 @@ impl Hub {
 
 impl BusHook for Hub {
     fn apply(&self, message: &BusMessage) {
-        match message {
-            BusMessage::Change { agent, seq } => self.on_agent(agent, |entry| {
-                entry.signal.send_modify(|signal| signal.head = signal.head.max(*seq));
+        match message.meaning() {
+            Meaning::Stale(Stale::Registry { agent, seq }) => self.on_agent(agent, |entry| {
+                entry.signal.send_modify(|signal| signal.head = signal.head.max(seq));
             }),
-            BusMessage::Resync => {
+            Meaning::Resync => {
                 for entry in self.agents.iter() {
                     entry.signal.send_modify(|signal| signal.resyncs += 1);
                 }
             }
-            BusMessage::AgentDeleted { agent } => self.on_agent(agent, |entry| entry.close_where(|_| true)),
-            BusMessage::KeyRevoked { key, .. } => {
+            Meaning::Stale(Stale::Agent { agent, is_deleted: true }) => {
+                self.on_agent(agent, |entry| entry.close_where(|_| true))
+            }
+            Meaning::Stale(Stale::Key { key, is_revoked: true }) => {
                 for entry in self.agents.iter() {
-                    entry.close_where(|handle| &handle.key_id == key);
+                    entry.close_where(|handle| handle.key_id == key);
                 }
             }
-            BusMessage::SessionEnded { agent, session } => self.on_agent(agent, |entry| {
-                entry.close_where(|h| matches!(&h.kind, Kind::Legacy { session: s, .. } if s.as_str() == session));
-            }),
+            Meaning::Stale(Stale::Session { agent, session }) => {
+                self.on_agent(agent, |entry| entry.close_where(|h| h.kind.is_of_session(session)))
+            }
             // The session's streams opened before this one (announced before it) are replaced; this one is
             // now announced.
-            BusMessage::StreamOpened { agent, session, stream } => self.on_agent(agent, |entry| {
+            Meaning::Session(SessionNews::StreamOpened { agent, session, stream }) => self.on_agent(agent, |entry| {
                 entry.close_where(|h| match &h.kind {
-                    Kind::Legacy { session: s, stream: id } if s.as_str() == session => {
+                    StreamKind::Legacy { session: s, stream: id } if s == session => {
                         if id == stream {
                             h.shared.is_announced.store(true, Ordering::Release);
                             false
@@ -379,22 +389,20 @@ impl BusHook for Hub {
                     _ => false,
                 });
             }),
-            BusMessage::Subscribed { agent, session, uri } => self.on_session(agent, session, |handle| {
-                handle.shared.set_uris(|interest| {
-                    interest.uris.insert(uri.clone());
-                });
-            }),
-            BusMessage::Unsubscribed { agent, session, uri } => self.on_session(agent, session, |handle| {
-                handle.shared.set_uris(|interest| {
-                    interest.uris.remove(uri);
-                });
-            }),
-            BusMessage::AgentChanged { .. }
-            | BusMessage::KeyChanged { .. }
-            | BusMessage::Barrier { .. }
-            | BusMessage::Ack { .. }
-            | BusMessage::Beat { .. }
-            | BusMessage::Offline => {}
+            Meaning::Session(SessionNews::Subscription { agent, session, uri, is_subscribed }) => {
+                self.on_session(agent, session, |handle| {
+                    handle.shared.set_uris(|interest| {
+                        if is_subscribed {
+                            interest.uris.insert(uri.as_str().to_owned());
+                        } else {
+                            interest.uris.remove(uri.as_str());
+                        }
+                    });
+                })
+            }
+            // Settings changes leave open streams as they are; while the bus is offline they get nothing new
+            // until the resync; the bus's own bookkeeping is not for them.
+            Meaning::Stale(Stale::Agent { .. } | Stale::Key { .. }) | Meaning::Offline | Meaning::Bus => {}
         }
     }
 }

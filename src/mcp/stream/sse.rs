@@ -1,5 +1,6 @@
-//! The one place server-sent events are built: event ids, the notifications of a committed change, the
-//! acknowledgement and final result of a listen stream, keep-alive comments.
+//! The one place server-sent events are built: the response headers, `message` events (a JSON-RPC answer
+//! sent as an event stream, the notifications of a committed change, the acknowledgement and final result of
+//! a listen stream), event ids, keep-alive comments.
 //!
 //! A committed change (an event row) becomes at most `2 + n` notifications, each with a fixed index:
 //! 0 `notifications/resources/list_changed`, 1 `notifications/prompts/list_changed`, `2 + i`
@@ -31,6 +32,18 @@ pub fn headers() -> [(HeaderName, HeaderValue); 3] {
         (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
         (HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no")),
     ]
+}
+
+/// What starts a `message` event: its type, then its one data line (the JSON has no line breaks).
+const MESSAGE: &str = "event: message\ndata: ";
+
+/// One `message` event whose data is `json` (a JSON-RPC message on one line).
+pub fn message(json: &[u8]) -> Bytes {
+    let mut event = Vec::with_capacity(MESSAGE.len() + json.len() + 2);
+    event.extend_from_slice(MESSAGE.as_bytes());
+    event.extend_from_slice(json);
+    event.extend_from_slice(b"\n\n");
+    Bytes::from(event)
 }
 
 /// A position in an agent's notifications, as a legacy event id carries it.
@@ -73,18 +86,18 @@ pub struct Interest {
 
 /// Which notification an entry of [`EventFrames`] is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Kind {
+enum Notification {
     ResourcesList,
     PromptsList,
     Updated(String),
 }
 
-impl Kind {
+impl Notification {
     fn is_wanted_by(&self, interest: &Interest) -> bool {
         match self {
-            Kind::ResourcesList => interest.resources_list,
-            Kind::PromptsList => interest.prompts_list,
-            Kind::Updated(uri) => interest.uris.contains(uri),
+            Notification::ResourcesList => interest.resources_list,
+            Notification::PromptsList => interest.prompts_list,
+            Notification::Updated(uri) => interest.uris.contains(uri),
         }
     }
 }
@@ -93,7 +106,7 @@ impl Kind {
 #[derive(Debug)]
 struct Note {
     index: u32,
-    kind: Kind,
+    kind: Notification,
     /// The whole legacy SSE event, with its event id (or without one, in a resync set).
     legacy: Bytes,
     /// The modern notification's JSON up to the value of `io.modelcontextprotocol/subscriptionId`, which
@@ -122,14 +135,14 @@ impl EventFrames {
     pub fn build(event: &ChangeEvent, epoch: i64) -> Self {
         let mut notes = Vec::with_capacity(2 + event.updated_uris.len());
         if event.resources_list_changed {
-            notes.push(note(0, Kind::ResourcesList, Some((epoch, event.seq))));
+            notes.push(note(0, Notification::ResourcesList, Some((epoch, event.seq))));
         }
         if event.prompts_list_changed {
-            notes.push(note(1, Kind::PromptsList, Some((epoch, event.seq))));
+            notes.push(note(1, Notification::PromptsList, Some((epoch, event.seq))));
         }
         for (i, uri) in event.updated_uris.iter().enumerate() {
             let index = u32::try_from(i).unwrap_or(u32::MAX - 2) + 2;
-            notes.push(note(index, Kind::Updated(uri.clone()), Some((epoch, event.seq))));
+            notes.push(note(index, Notification::Updated(uri.clone()), Some((epoch, event.seq))));
         }
         Self { seq: event.seq, epoch, notes, committed_at: Some(event.created_at), trailer: None }
     }
@@ -140,8 +153,8 @@ impl EventFrames {
     pub fn resync(epoch: i64, seq: i64, uris: &HashSet<String>) -> Self {
         let mut uris: Vec<&String> = uris.iter().collect();
         uris.sort();
-        let mut notes = vec![note(0, Kind::ResourcesList, None), note(1, Kind::PromptsList, None)];
-        notes.extend(uris.into_iter().map(|uri| note(2, Kind::Updated(uri.clone()), None)));
+        let mut notes = vec![note(0, Notification::ResourcesList, None), note(1, Notification::PromptsList, None)];
+        notes.extend(uris.into_iter().map(|uri| note(2, Notification::Updated(uri.clone()), None)));
         let trailer = priming(&EventId { epoch, seq, index: None });
         Self { seq, epoch, notes, committed_at: None, trailer: Some(trailer) }
     }
@@ -171,11 +184,11 @@ impl EventFrames {
     }
 }
 
-fn note(index: u32, kind: Kind, id_of: Option<(i64, i64)>) -> Note {
+fn note(index: u32, kind: Notification, id_of: Option<(i64, i64)>) -> Note {
     let (method, uri) = match &kind {
-        Kind::ResourcesList => ("notifications/resources/list_changed", None),
-        Kind::PromptsList => ("notifications/prompts/list_changed", None),
-        Kind::Updated(uri) => ("notifications/resources/updated", Some(json_string(uri))),
+        Notification::ResourcesList => ("notifications/resources/list_changed", None),
+        Notification::PromptsList => ("notifications/prompts/list_changed", None),
+        Notification::Updated(uri) => ("notifications/resources/updated", Some(json_string(uri))),
     };
     let legacy_json = match &uri {
         Some(uri) => format!(r#"{{"jsonrpc":"2.0","method":"{method}","params":{{"uri":{uri}}}}}"#),
@@ -184,11 +197,10 @@ fn note(index: u32, kind: Kind, id_of: Option<(i64, i64)>) -> Note {
     let id_line = id_of
         .map(|(epoch, seq)| format!("id: {}\n", EventId { epoch, seq, index: Some(index) }.encode()))
         .unwrap_or_default();
-    let legacy = format!("{id_line}event: message\ndata: {legacy_json}\n\n");
+    let legacy = [id_line.as_bytes(), &message(legacy_json.as_bytes())].concat();
     let uri_member = uri.map(|uri| format!(r#""uri":{uri},"#)).unwrap_or_default();
     let modern_prefix = format!(
-        r#"event: message
-data: {{"jsonrpc":"2.0","method":"{method}","params":{{{uri_member}"_meta":{{"{}":"#,
+        r#"{MESSAGE}{{"jsonrpc":"2.0","method":"{method}","params":{{{uri_member}"_meta":{{"{}":"#,
         meta::SUBSCRIPTION_ID
     );
     Note { index, kind, legacy: Bytes::from(legacy), modern_prefix: Bytes::from(modern_prefix) }
@@ -206,23 +218,29 @@ pub fn priming(id: &EventId) -> Bytes {
 /// The first message of a listen stream: `notifications/subscriptions/acknowledged` with the honoured
 /// filter (a JSON object).
 pub fn acknowledgement(subscription: &RawValue, honoured: &serde_json::Value) -> Bytes {
-    Bytes::from(format!(
-        "event: message\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/subscriptions/acknowledged\",\
-         \"params\":{{\"_meta\":{{\"{}\":{}}},\"notifications\":{}}}}}\n\n",
-        meta::SUBSCRIPTION_ID,
-        subscription.get(),
-        honoured
-    ))
+    message(
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/subscriptions/acknowledged\",\
+             \"params\":{{\"_meta\":{{\"{}\":{}}},\"notifications\":{}}}}}",
+            meta::SUBSCRIPTION_ID,
+            subscription.get(),
+            honoured
+        )
+        .as_bytes(),
+    )
 }
 
 /// The last message of a listen stream the server ends: the listen request's (successful) response.
 pub fn final_result(subscription: &RawValue) -> Bytes {
     let id = subscription.get();
-    Bytes::from(format!(
-        "event: message\ndata: {{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"resultType\":\"complete\",\
-         \"_meta\":{{\"{}\":{id}}}}}}}\n\n",
-        meta::SUBSCRIPTION_ID
-    ))
+    message(
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"resultType\":\"complete\",\
+             \"_meta\":{{\"{}\":{id}}}}}}}",
+            meta::SUBSCRIPTION_ID
+        )
+        .as_bytes(),
+    )
 }
 
 #[cfg(test)]

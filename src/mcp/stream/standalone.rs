@@ -16,19 +16,19 @@ use std::time::Duration;
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::audit::Trail;
-use super::error::McpError;
-use super::headers::mirrored;
-use super::hub::Kind;
+use super::body::{Flavor, Start, Stream};
+use super::hub::StreamKind;
 use super::sse::{self, EventId, Interest};
-use super::stream::{Flavor, Start, Stream};
-use super::transport::{Admitted, admit};
-use super::types::{LEGACY_VERSIONS, header as mcp_header};
 use crate::domain::session::Session;
 use crate::events::BusMessage;
+use crate::mcp::audit::Trail;
+use crate::mcp::error::McpError;
+use crate::mcp::headers::{accepts_event_stream, mirrored};
+use crate::mcp::transport::{Admitted, admit};
+use crate::mcp::types::{LEGACY_VERSIONS, header as mcp_header};
 use crate::state::AppState;
 
 /// The first revision whose clients expect a priming event (an id with empty data) on a new stream.
@@ -60,13 +60,13 @@ async fn open(state: &AppState, admitted: &Admitted, headers: &HeaderMap) -> Res
     let session =
         state.sessions.resolve(headers, &admitted.agent.id, &admitted.key).await?.ok_or(McpError::MissingSession)?;
     let stream_id = uuid::Uuid::new_v4().to_string();
-    let kind = Kind::Legacy { session: session.digest.clone(), stream: stream_id.clone() };
+    let kind = StreamKind::Legacy { session: session.digest.clone(), stream: stream_id.clone() };
     let everything = Interest { resources_list: true, prompts_list: true, uris: Default::default() };
     let registration = state.hub.register(&admitted.agent, &admitted.key.id, kind, everything)?;
     // Any other stream of the session, on any replica, is replaced by this one.
     let opened = BusMessage::StreamOpened {
-        agent: admitted.agent.id.to_string(),
-        session: session.digest.as_str().to_owned(),
+        agent: admitted.agent.id.clone(),
+        session: session.digest.clone(),
         stream: stream_id,
     };
     if let Err(error) = state.store.announce(opened).await {
@@ -121,24 +121,6 @@ fn check_version(headers: &HeaderMap) -> Result<(), McpError> {
     }
 }
 
-/// Whether `Accept` allows an event stream (absent allows anything).
-pub(super) fn accepts_event_stream(headers: &HeaderMap) -> bool {
-    let mut values = headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).peekable();
-    if values.peek().is_none() {
-        return true;
-    }
-    values.flat_map(|value| value.split(',')).any(|member| {
-        let mut parts = member.split(';');
-        let range = parts.next().unwrap_or("").trim().to_ascii_lowercase();
-        let is_refused = parts.any(|param| {
-            param.trim().split_once('=').is_some_and(|(name, q)| {
-                name.trim().eq_ignore_ascii_case("q") && q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)
-            })
-        });
-        !is_refused && matches!(range.as_str(), "text/event-stream" | "text/*" | "*/*")
-    })
-}
-
 /// `DELETE /{agent_id}/mcp`: ends the session on every replica (its stream closes); 204.
 pub async fn delete(
     State(state): State<AppState>,
@@ -179,15 +161,6 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(name, HeaderValue::from_str(value).expect("header value"));
         headers
-    }
-
-    #[test]
-    fn accept_for_streams() {
-        assert!(accepts_event_stream(&HeaderMap::new()));
-        assert!(accepts_event_stream(&with("accept", "text/event-stream")));
-        assert!(accepts_event_stream(&with("accept", "application/json, */*")));
-        assert!(!accepts_event_stream(&with("accept", "application/json")));
-        assert!(!accepts_event_stream(&with("accept", "text/event-stream;q=0")));
     }
 
     #[test]
