@@ -135,6 +135,21 @@ pub enum Stale<'a> {
     Session { agent: &'a AgentId, session: &'a SessionDigest },
 }
 
+impl<'a> Stale<'a> {
+    /// For caches of what keys hold (key records, grants, sessions): which entries it makes stale, as a test
+    /// on an entry's agent and key id. Those of a deleted agent and of a revoked key; of a changed key too
+    /// when the cache `holds_key_settings` (a key record or grant does, a session does not). `None` when it
+    /// makes none of them stale.
+    pub fn of_keys(self, holds_key_settings: bool) -> Option<impl Fn(&AgentId, &str) -> bool + 'a> {
+        let (agent, key) = match self {
+            Stale::Agent { agent, is_deleted: true } => (Some(agent), None),
+            Stale::Key { key, is_revoked } if is_revoked || holds_key_settings => (None, Some(key)),
+            _ => return None,
+        };
+        Some(move |of_agent: &AgentId, of_key: &str| agent == Some(of_agent) || key == Some(of_key))
+    }
+}
+
 /// What changed for a legacy session's streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionNews<'a> {

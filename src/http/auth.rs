@@ -10,7 +10,7 @@ use crate::FastMap;
 use crate::domain::model::KeyRecord;
 use crate::domain::time::Timestamp;
 use crate::domain::{AgentId, ApiKey, KeyDigest, KeyHasher};
-use crate::events::{BusHook, BusMessage, CacheGate, Stale};
+use crate::events::{BusHook, BusMessage, CacheGate};
 use crate::store::{Store, StoreError};
 
 /// The header agent keys travel in; it wins over `Authorization: Bearer`.
@@ -149,10 +149,10 @@ impl BusHook for KeyCache {
         self.gate.apply(
             message,
             || self.forget(|_| false),
-            |stale| match stale {
-                Stale::Key { key, .. } => self.forget(|record| record.id != key),
-                Stale::Agent { agent, is_deleted: true } => self.forget(|record| &record.agent_id != agent),
-                _ => {}
+            |stale| {
+                if let Some(is_stale) = stale.of_keys(true) {
+                    self.forget(|record| !is_stale(&record.agent_id, &record.id));
+                }
             },
         );
     }

@@ -102,7 +102,7 @@ pub fn decode_sentinel(value: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use axum::http::HeaderValue;
 
     use super::*;
@@ -122,7 +122,8 @@ mod tests {
         assert_eq!(accept("Application/JSON; charset=utf-8").ok(), Some(ReplyFormat::Json));
     }
 
-    fn with(name: &'static str, value: &str) -> HeaderMap {
+    /// Headers holding `name: value`.
+    pub(crate) fn with(name: &'static str, value: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();
         headers.insert(name, HeaderValue::from_str(value).expect("header value"));
         headers

@@ -11,11 +11,12 @@
 //!
 //! # The life of one request
 //!
-//! [`transport::post`] checks `Host`/`Origin` ([`origin`]), the key, the agent and the scope, reads the
-//! body within the limit, parses it ([`jsonrpc`]), settles the era and validates its envelope and headers
-//! ([`era`], [`headers`]), resolves a legacy `Mcp-Session-Id` ([`session`]), then [`dispatch`] finds the
-//! method in its table and runs the method's type ([`methods`]) against a [`dispatch::Context`]: the agent,
-//! the key, the session, the era, and the registry cache ([`crate::registry::cache`]) in front of the store.
+//! [`transport::endpoint`] checks `Host`/`Origin` ([`origin`]), the key, the agent and the scope; a POST
+//! then reads the body within the limit, parses it ([`jsonrpc`]), settles the era and validates its envelope
+//! and headers ([`era`], [`headers`]), resolves a legacy `Mcp-Session-Id` ([`session`]), then [`dispatch`]
+//! finds the method in its table and runs the method's type ([`methods`]) against a [`dispatch::Context`]:
+//! the agent, the key, the session, the era, and the registry cache ([`crate::registry::cache`]) in front of
+//! the store.
 //! Every failure is an [`error::McpError`], mapped to HTTP status and JSON-RPC code in one place.
 //!
 //! # The life of one notification

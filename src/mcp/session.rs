@@ -189,9 +189,12 @@ impl BusHook for Sessions {
             || self.forget(|_| false),
             |stale| match stale {
                 Stale::Session { session, .. } => self.forget(|cached| &cached.digest != session),
-                Stale::Agent { agent, is_deleted: true } => self.forget(|cached| &cached.agent_id != agent),
-                Stale::Key { key, is_revoked: true } => self.forget(|cached| cached.key_id != key),
-                _ => {}
+                // A session holds none of its key's settings: only a revoked key ends it.
+                stale => {
+                    if let Some(is_stale) = stale.of_keys(false) {
+                        self.forget(|cached| !is_stale(&cached.agent_id, &cached.key_id));
+                    }
+                }
             },
         );
     }

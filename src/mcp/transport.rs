@@ -87,10 +87,10 @@ impl From<McpError> for Refusal {
 }
 
 /// Every request to `/{agent_id}/mcp`: CORS ([`crate::http::cors`]: a preflight is answered here) around the
-/// failed-authentication guard and the `RateLimit*` fields
-/// ([`crate::guard::mcp_gate`]) around the audit ([`super::audit::record`]) around the method's handler:
-/// [`post`], [`super::stream::standalone::get`] (`HEAD` too) and [`super::stream::standalone::delete`]; any other method is
-/// 405.
+/// failed-authentication guard and the `RateLimit*` fields ([`crate::guard::mcp_gate`]) around the audit
+/// ([`super::audit::record`]) around the gate ([`admit`]) and the method's handler: [`post`],
+/// [`super::stream::standalone::get`] (`HEAD` too) and [`super::stream::standalone::delete`]; any other
+/// method is 405.
 pub async fn endpoint(State(state): State<AppState>, request: Request) -> Response {
     let cors = crate::http::cors::Cors::of(&state, &request);
     if let Some(preflight) = cors.preflight() {
@@ -99,14 +99,24 @@ pub async fn endpoint(State(state): State<AppState>, request: Request) -> Respon
     let response = crate::guard::mcp_gate(&state, request, |request| {
         super::audit::record(&state, request, |request| async {
             let (mut parts, body) = request.into_parts();
+            // What a refusal at the gate is audited as (a POST's method is only known from its body).
+            let audited_as = match parts.method {
+                http::Method::POST => UNREAD,
+                http::Method::GET | http::Method::HEAD => "GET",
+                http::Method::DELETE => "DELETE",
+                _ => return method_not_allowed().await,
+            };
             let path = Path::<String>::from_request_parts(&mut parts, &state).await;
-            let request = Request::from_parts(parts, body);
-            let state = State(state.clone());
-            match *request.method() {
-                http::Method::POST => post(state, path, request).await,
-                http::Method::GET | http::Method::HEAD => super::stream::standalone::get(state, path, request).await,
-                http::Method::DELETE => super::stream::standalone::delete(state, path, request).await,
-                _ => method_not_allowed().await,
+            let admitted = match admit(&state, path, &parts, audited_as).await {
+                Ok(admitted) => admitted,
+                Err(refusal) => return refusal.into_http(),
+            };
+            let headers = &parts.headers;
+            match parts.method {
+                http::Method::POST => post(&state, admitted, headers, body).await,
+                http::Method::DELETE => super::stream::standalone::delete(&state, &admitted, headers).await,
+                // `GET` or `HEAD`.
+                _ => super::stream::standalone::get(&state, &admitted, headers).await,
             }
         })
     })
@@ -114,18 +124,8 @@ pub async fn endpoint(State(state): State<AppState>, request: Request) -> Respon
     cors.finish(response)
 }
 
-/// `POST /{agent_id}/mcp`: one JSON-RPC message, or a batch where 2025-03-26 allows it.
-pub async fn post(
-    State(state): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-    request: Request,
-) -> Response {
-    let (parts, body) = request.into_parts();
-    let admitted = match admit(&state, path, &parts, UNREAD).await {
-        Ok(admitted) => admitted,
-        Err(refusal) => return refusal.into_http(),
-    };
-    let headers = &parts.headers;
+/// `POST /{agent_id}/mcp` once [`admit`]ted: one JSON-RPC message, or a batch where 2025-03-26 allows it.
+pub(super) async fn post(state: &AppState, admitted: Admitted, headers: &HeaderMap, body: HttpBody) -> Response {
     let unparsed = |admitted: &Admitted| Trail::new(admitted, headers, "-", "");
     let bytes = match read_body(body, headers, state.config.limits.max_body_bytes).await {
         Ok(bytes) => bytes,
@@ -157,7 +157,7 @@ pub async fn post(
                 Ok(Message::Response) | Err(_) => (unparsed(&admitted), tracing::Span::none()),
             };
             let trail = trail.modern(is_modern);
-            trail.attach(single(&state, admitted, headers, message, detected).instrument(span).await)
+            trail.attach(single(state, admitted, headers, message, detected).instrument(span).await)
         }
         Ok(Body::Batch(messages)) => {
             span::record_method("batch", "legacy");
@@ -165,7 +165,7 @@ pub async fn post(
             let methods: Vec<&str> =
                 messages.iter().filter_map(|m| m.as_ref().ok()).filter_map(Message::method).collect();
             let trail = Trail::new(&admitted, headers, "batch", &methods.join(","));
-            let (response, items) = super::batch::answer(&state, admitted, headers, messages).await;
+            let (response, items) = super::batch::answer(state, admitted, headers, messages).await;
             trail.with_items(items).attach(response)
         }
         Err(error) => unparsed(&admitted).attach(error.into_http(None)),

@@ -81,15 +81,13 @@ impl GrantCache {
 impl BusHook for External {
     fn apply(&self, message: &BusMessage) {
         let grants = &self.grants;
-        grants.gate.apply(
-            message,
-            || grants.forget(|_, _| false),
-            |stale| match stale {
-                Stale::Key { key, .. } => grants.forget(|_, granted| granted != key),
-                Stale::Agent { agent, is_deleted: true } => grants.forget(|(granted, _), _| granted != agent),
-                _ => {}
-            },
-        );
+        // A grant's change commits with `KeyChanged` of the key it names: grants hold the key's settings.
+        let forget_stale = |stale: Stale<'_>| {
+            if let Some(is_stale) = stale.of_keys(true) {
+                grants.forget(|(agent, _), key| !is_stale(agent, key));
+            }
+        };
+        grants.gate.apply(message, || grants.forget(|_, _| false), forget_stale);
     }
 }
 

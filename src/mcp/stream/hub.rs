@@ -109,7 +109,8 @@ pub struct Hub {
     store: Arc<dyn Store>,
     /// Streams count what they send and how late it is.
     pub metrics: Arc<Metrics>,
-    max_per_key: u32,
+    /// Open streams per key, within `streams.max_per_key`.
+    per_key: KeyStreams,
     max_per_agent: u32,
     /// Changes one stream's queue holds (shared frames, a pointer each): how far a reader may fall behind
     /// before the slow-consumer policy applies.
@@ -117,12 +118,37 @@ pub struct Hub {
     /// The agents with open streams here. A sharded map: every bus message and every stream opening looks
     /// an agent up, from many tasks at once, and no entry is held across an `.await`.
     agents: DashMap<AgentId, Arc<AgentStreams>>,
-    /// Open streams per key id, for the per-key limit; an entry goes when its count reaches zero.
-    per_key: DashMap<String, u32>,
     /// Set at shutdown: no new streams.
     is_closing: AtomicBool,
     /// Stream ids, unique on this replica.
     next_id: AtomicU64,
+}
+
+/// Open streams per key id, for the per-key limit. A sharded map like the hub's agents; an entry goes when
+/// its count reaches zero.
+struct KeyStreams {
+    counts: DashMap<String, u32>,
+    max: u32,
+}
+
+impl KeyStreams {
+    /// Counts a new stream of `key_id`, unless the key already holds the most it may (429).
+    fn open(&self, key_id: &str) -> Result<(), McpError> {
+        let mut count = self.counts.entry(key_id.to_owned()).or_insert(0);
+        if *count >= self.max {
+            return Err(McpError::TooManyStreams { scope: "key", limit: self.max });
+        }
+        *count += 1;
+        Ok(())
+    }
+
+    /// Counts a stream of `key_id` gone.
+    fn close(&self, key_id: &str) {
+        self.counts.remove_if_mut(key_id, |_, count| {
+            *count = count.saturating_sub(1);
+            *count == 0
+        });
+    }
 }
 
 /// A stream's place in the hub: its queue's receiving end and the state it shares. Dropping it (the
@@ -158,10 +184,7 @@ impl Drop for Registration {
         self.hub
             .agents
             .remove_if(&self.entry.agent, |_, entry| Arc::ptr_eq(entry, &self.entry) && entry.lock().is_dead);
-        self.hub.per_key.remove_if_mut(&self.key_id, |_, count| {
-            *count = count.saturating_sub(1);
-            *count == 0
-        });
+        self.hub.per_key.close(&self.key_id);
     }
 }
 
@@ -170,11 +193,10 @@ impl Hub {
         Self {
             store,
             metrics,
-            max_per_key: config.max_per_key,
+            per_key: KeyStreams { counts: DashMap::new(), max: config.max_per_key },
             max_per_agent: config.max_per_agent,
             queue_capacity: config.queue_capacity as usize,
             agents: DashMap::new(),
-            per_key: DashMap::new(),
             is_closing: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
         }
@@ -192,19 +214,7 @@ impl Hub {
         if self.is_closing.load(Ordering::Acquire) {
             return Err(McpError::ShuttingDown);
         }
-        {
-            let mut count = self.per_key.entry(key_id.to_owned()).or_insert(0);
-            if *count >= self.max_per_key {
-                return Err(McpError::TooManyStreams { scope: "key", limit: self.max_per_key });
-            }
-            *count += 1;
-        }
-        let undo_key = || {
-            self.per_key.remove_if_mut(key_id, |_, count| {
-                *count = count.saturating_sub(1);
-                *count == 0
-            });
-        };
+        self.per_key.open(key_id)?;
         let shared = Arc::new(StreamState {
             cursor: AtomicI64::new(-1),
             lagged: AtomicBool::new(false),
@@ -232,7 +242,7 @@ impl Hub {
             }
             if inner.streams.len() >= self.max_per_agent as usize {
                 drop(inner);
-                undo_key();
+                self.per_key.close(key_id);
                 return Err(McpError::TooManyStreams { scope: "agent", limit: self.max_per_agent });
             }
             if let StreamKind::Legacy { session, .. } = &handle.kind {

@@ -11,11 +11,8 @@
 //! id is the current position (2025-11-25 sessions), so even a client that saw no notification can resume.
 //! A second `GET` on the session, on any replica, replaces the first.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
@@ -27,29 +24,17 @@ use crate::events::BusMessage;
 use crate::mcp::audit::Trail;
 use crate::mcp::error::McpError;
 use crate::mcp::headers::{accepts_event_stream, mirrored};
-use crate::mcp::transport::{Admitted, admit};
+use crate::mcp::transport::Admitted;
 use crate::mcp::types::{LEGACY_VERSIONS, header as mcp_header};
 use crate::state::AppState;
 
 /// The first revision whose clients expect a priming event (an id with empty data) on a new stream.
 const PRIMING_SINCE: &str = "2025-11-25";
 
-/// `GET /{agent_id}/mcp`: the session's SSE stream.
-pub async fn get(
-    State(state): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-    request: Request,
-) -> Response {
-    let (parts, _) = request.into_parts();
-    let admitted = match admit(&state, path, &parts, "GET").await {
-        Ok(admitted) => admitted,
-        Err(refusal) => return refusal.into_http(),
-    };
-    let trail = Trail::new(&admitted, &parts.headers, "GET", "");
-    trail.attach(match open(&state, &admitted, &parts.headers).await {
-        Ok(response) => response,
-        Err(error) => error.into_http(None),
-    })
+/// `GET /{agent_id}/mcp` once admitted ([`crate::mcp::transport::endpoint`]): the session's SSE stream.
+pub(in crate::mcp) async fn get(state: &AppState, admitted: &Admitted, headers: &HeaderMap) -> Response {
+    let trail = Trail::new(admitted, headers, "GET", "");
+    trail.attach(open(state, admitted, headers).await.unwrap_or_else(|error| error.into_http(None)))
 }
 
 async fn open(state: &AppState, admitted: &Admitted, headers: &HeaderMap) -> Result<Response, McpError> {
@@ -121,47 +106,26 @@ fn check_version(headers: &HeaderMap) -> Result<(), McpError> {
     }
 }
 
-/// `DELETE /{agent_id}/mcp`: ends the session on every replica (its stream closes); 204.
-pub async fn delete(
-    State(state): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-    request: Request,
-) -> Response {
-    let (parts, _) = request.into_parts();
-    let admitted = match admit(&state, path, &parts, "DELETE").await {
-        Ok(admitted) => admitted,
-        Err(refusal) => return refusal.into_http(),
-    };
-    let trail = Trail::new(&admitted, &parts.headers, "DELETE", "");
-    let ended = async {
-        check_version(&parts.headers)?;
-        let session: Arc<Session> = state
-            .sessions
-            .resolve(&parts.headers, &admitted.agent.id, &admitted.key)
-            .await?
-            .ok_or(McpError::MissingSession)?;
-        state.sessions.end(&session).await?;
-        // Answer once every replica has been sent the ending, like an admin write.
-        state.bus.settle(state.store.as_ref()).await;
-        Ok::<_, McpError>(())
-    };
-    trail.attach(match ended.await {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(error) => error.into_http(None),
-    })
+/// `DELETE /{agent_id}/mcp` once admitted: ends the session on every replica (its stream closes); 204.
+pub(in crate::mcp) async fn delete(state: &AppState, admitted: &Admitted, headers: &HeaderMap) -> Response {
+    let trail = Trail::new(admitted, headers, "DELETE", "");
+    trail.attach(end(state, admitted, headers).await.unwrap_or_else(|error| error.into_http(None)))
+}
+
+async fn end(state: &AppState, admitted: &Admitted, headers: &HeaderMap) -> Result<Response, McpError> {
+    check_version(headers)?;
+    let session =
+        state.sessions.resolve(headers, &admitted.agent.id, &admitted.key).await?.ok_or(McpError::MissingSession)?;
+    state.sessions.end(&session).await?;
+    // Answer once every replica has been sent the ending, like an admin write.
+    state.bus.settle(state.store.as_ref()).await;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 #[cfg(test)]
 mod tests {
-    use axum::http::HeaderValue;
-
     use super::*;
-
-    fn with(name: &'static str, value: &str) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        headers.insert(name, HeaderValue::from_str(value).expect("header value"));
-        headers
-    }
+    use crate::mcp::headers::tests::with;
 
     #[test]
     fn versions_on_get() {
