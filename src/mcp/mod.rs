@@ -26,8 +26,6 @@
 //! queue, keeps what its session's subscriptions or listen filter want, and writes them; a gap, a lag or a
 //! `Last-Event-ID` is filled from the event table, so nothing is sent twice or lost.
 
-/// One audit record per MCP request that passed authentication (per message of a batch).
-pub mod audit;
 /// JSON-RPC batches: a rate-limit token and an audit record per message.
 pub mod batch;
 /// Method table and the context methods apply against.

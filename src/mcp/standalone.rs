@@ -19,7 +19,6 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::audit::Trail;
 use super::error::McpError;
 use super::headers::mirrored;
 use super::hub::Kind;
@@ -27,6 +26,7 @@ use super::sse::{self, EventId, Interest};
 use super::stream::{Flavor, Start, Stream};
 use super::transport::{Admitted, admit};
 use super::types::{LEGACY_VERSIONS, header as mcp_header};
+use crate::audit::request::Trail;
 use crate::domain::session::Session;
 use crate::events::BusMessage;
 use crate::state::AppState;

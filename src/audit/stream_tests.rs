@@ -43,7 +43,7 @@ fn written(agents: usize, batches: usize, per_batch: usize) -> (StreamHead, Vec<
                 .cloned()
                 .map(|mut record| {
                     let before = prev.get(record.agent_id.as_str()).cloned().unwrap_or_default();
-                    let hash = crate::domain::audit::chain_hash(&before, &record, record.chain_seq.unwrap_or_default());
+                    let hash = crate::audit::chain::chain_hash(&before, &record, record.chain_seq.unwrap_or_default());
                     record.prev_hash = Some(before.as_str().into());
                     record.hash = Some(hash.as_str().into());
                     prev.insert(record.agent_id.to_string(), hash);

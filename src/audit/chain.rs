@@ -9,7 +9,7 @@
 
 use sha2::{Digest, Sha256};
 
-use super::model::AuditRecord;
+use crate::domain::model::AuditRecord;
 
 /// The hash before the first record of a chain.
 pub const GENESIS: &str = "";
