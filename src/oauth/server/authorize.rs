@@ -295,7 +295,7 @@ async fn check(server: &BuiltinServer, params: &Params, client_ip: IpAddr) -> Re
             format!("resource {resource:?} is not an agent's MCP URL ({}/{{agent_id}}/mcp)", server.issuer),
         ));
     };
-    let scope = requested_scope(params.get("scope")).map_err(|description| refuse("invalid_scope", description))?;
+    let scope = requested_scope(params.get("scope")).map_err(|error| refuse("invalid_scope", error.to_string()))?;
     Ok(Request {
         client,
         redirect_uri: redirect_uri.clone(),
@@ -307,12 +307,17 @@ async fn check(server: &BuiltinServer, params: &Params, client_ip: IpAddr) -> Re
     })
 }
 
+/// A scope other than `mcp` and `offline_access` was asked for; `Display` is the refusal's description.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("scope {0:?} is not supported: only {SCOPE}", SCOPE = SCOPE)]
+pub struct UnsupportedScope(String);
+
 /// The scope a request is granted: `mcp`, whatever subset of `mcp` and `offline_access` (refresh tokens
 /// are always issued) was asked for; any other scope is refused.
-pub fn requested_scope(scope: Option<&str>) -> Result<String, String> {
+pub fn requested_scope(scope: Option<&str>) -> Result<String, UnsupportedScope> {
     for part in scope.unwrap_or(SCOPE).split(' ').filter(|part| !part.is_empty()) {
         if part != SCOPE && part != "offline_access" {
-            return Err(format!("scope {part:?} is not supported: only {SCOPE}"));
+            return Err(UnsupportedScope(part.to_owned()));
         }
     }
     Ok(SCOPE.to_owned())

@@ -173,7 +173,7 @@ impl Context<'_> {
             return Err(OAuthError::invalid_target("resource differs from the grant's"));
         }
         let scopes = super::authorize::requested_scope(params.get("scope").or(Some(&token.scopes)))
-            .map_err(OAuthError::invalid_scope)?;
+            .map_err(|error| OAuthError::invalid_scope(error.to_string()))?;
         let key = self.usable_key(&token.key_id, &token.agent_id).await.inspect_err(|error| {
             if error.code == "invalid_grant" {
                 self.audit(&token.agent_id, None, "oauth/refresh", &token.client_id, "key_refused");
