@@ -30,16 +30,6 @@ impl AgentId {
         }
         Ok(Self(value.to_owned()))
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for AgentId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
 }
 
 /// A prompt name: `^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`.
@@ -58,16 +48,6 @@ impl PromptName {
             return Err(InvalidValue(format!("prompt name {value:?} must match ^[A-Za-z0-9][A-Za-z0-9_.-]{{0,127}}$")));
         }
         Ok(Self(value.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for PromptName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 
@@ -102,20 +82,29 @@ impl ResourceUri {
         Ok(())
     }
 
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
     pub fn into_string(self) -> String {
         self.0
     }
 }
 
-impl fmt::Display for ResourceUri {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+/// What every identifier has besides its own `parse`: its text, shown as it is.
+macro_rules! identifier_text {
+    ($($id:ident),+) => {$(
+        impl $id {
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $id {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    )+};
 }
+
+identifier_text!(AgentId, PromptName, ResourceUri);
 
 #[cfg(test)]
 mod tests {
