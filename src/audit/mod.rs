@@ -52,3 +52,23 @@ pub mod verify;
 pub mod writer;
 
 pub use writer::{AuditStats, AuditTask, AuditWriter, Overloaded, Recorder};
+
+/// A record of an MCP `resources/read` of `target` by `agent`, for tests to build on.
+#[cfg(test)]
+pub(crate) fn read_record(
+    id: &str,
+    agent: &str,
+    occurred_at: crate::domain::time::Timestamp,
+    target: &str,
+) -> crate::domain::model::AuditRecord {
+    crate::domain::model::AuditRecord {
+        id: id.into(),
+        agent_id: agent.into(),
+        occurred_at,
+        kind: "mcp".into(),
+        actor: "key:k".into(),
+        action: "resources/read".into(),
+        target: target.into(),
+        ..crate::domain::model::AuditRecord::default()
+    }
+}

@@ -7,16 +7,22 @@ use crate::store::sqlite::SqliteStore;
 use sqlx::Connection;
 
 fn record(n: u32) -> AuditRecord {
-    AuditRecord {
-        id: uuid::Uuid::now_v7().to_string().into(),
-        agent_id: "bot".into(),
-        occurred_at: Timestamp::now(),
-        kind: "mcp".into(),
-        actor: "key:k".into(),
-        action: "resources/read".into(),
-        target: format!("test://{n}").into(),
-        ..AuditRecord::default()
+    crate::audit::read_record(&uuid::Uuid::now_v7().to_string(), "bot", Timestamp::now(), &format!("test://{n}"))
+}
+
+/// Records `record(n)` for each `n` of `numbers`.
+fn record_each(writer: &AuditWriter, numbers: std::ops::Range<u32>) {
+    for n in numbers {
+        writer.record(record(n));
     }
+}
+
+/// A writer started on `store` with `config`, and its counters, once its task has had time to start.
+async fn started(store: &Arc<dyn Store>, config: &AuditConfig) -> (AuditWriter, AuditTask, Arc<AuditStats>) {
+    let (writer, task) = AuditWriter::start(store.clone(), config);
+    let stats = writer.stats().clone();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    (writer, task, stats)
 }
 
 /// A SQLite file, removed on drop.
@@ -63,9 +69,7 @@ async fn records_wait_while_writes_fail_and_are_written_after() {
 
     let config = AuditConfig { batch_size: 2, flush_interval_ms: 20, ..AuditConfig::default() };
     let (writer, task) = AuditWriter::start(store.clone(), &config);
-    for n in 0..3 {
-        writer.record(record(n));
-    }
+    record_each(&writer, 0..3);
     let stats = writer.stats().clone();
     until("a failed batch", || stats.failed_batches.load(Ordering::Relaxed) > 0).await;
     assert_eq!(stats.written.load(Ordering::Relaxed), 0);
@@ -87,14 +91,10 @@ async fn a_full_batch_is_written_at_once_and_a_partial_one_waits() {
     let (store, _file) = temp_store().await;
     // The interval's first tick is at once, the next an hour away: only a full batch rings.
     let config = AuditConfig { batch_size: 3, flush_interval_ms: 3_600_000, ..AuditConfig::default() };
-    let (writer, task) = AuditWriter::start(store.clone(), &config);
-    let stats = writer.stats().clone();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (writer, task, stats) = started(&store, &config).await;
     // Five records queue before the writer runs: the third rings, a batch of three is written, and the
     // two after it wait to fill the next batch.
-    for n in 0..5 {
-        writer.record(record(n));
-    }
+    record_each(&writer, 0..5);
     until("the full batch", || stats.written.load(Ordering::Relaxed) == 3).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(stats.written.load(Ordering::Relaxed), 3, "two records are not a batch: they wait");
@@ -114,12 +114,8 @@ async fn a_half_full_queue_rings_when_a_batch_is_larger_than_the_queue() {
     let (store, _file) = temp_store().await;
     let config =
         AuditConfig { queue_capacity: 8, batch_size: 100, flush_interval_ms: 3_600_000, ..AuditConfig::default() };
-    let (writer, task) = AuditWriter::start(store.clone(), &config);
-    let stats = writer.stats().clone();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    for n in 0..4 {
-        writer.record(record(n));
-    }
+    let (writer, task, stats) = started(&store, &config).await;
+    record_each(&writer, 0..4);
     until("the half-full queue written", || stats.written.load(Ordering::Relaxed) == 4).await;
     assert_eq!(stats.dropped.load(Ordering::Relaxed), 0);
     task.stop(Duration::from_secs(5)).await;
@@ -133,9 +129,7 @@ async fn a_full_queue_drops_and_counts_and_stop_writes_the_rest() {
         AuditConfig { queue_capacity: 4, batch_size: 100, flush_interval_ms: 3_600_000, ..AuditConfig::default() };
     let (writer, task) = AuditWriter::start(store.clone(), &config);
     tokio::task::yield_now().await;
-    for n in 0..10 {
-        writer.record(record(n));
-    }
+    record_each(&writer, 0..10);
     let stats = writer.stats().clone();
     // The task may already have taken some into its batch; at most 4 wait in the queue besides those.
     let dropped = stats.dropped.load(Ordering::Relaxed);
