@@ -24,7 +24,7 @@ use super::audit::{self, Event};
 use super::client::ClientInfo;
 use super::metadata_document::DocumentFetcher;
 use super::page::{self, Form};
-use super::params::Params;
+use super::params::{Params, Submission};
 use super::{BuiltinServer, CODE_PREFIX, SCOPE};
 use crate::domain::AgentId;
 use crate::domain::key::{Scope, random_token};
@@ -93,12 +93,7 @@ pub async fn show(
 }
 
 /// `POST /oauth/authorize`: the user's decision.
-pub async fn decide(
-    State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    body: axum::body::Body,
-) -> Response {
+pub async fn decide(Submission { state, peer, headers, body }: Submission) -> Response {
     let Some(server) = state.oauth_server.clone() else { return page::error(StatusCode::NOT_FOUND, "off") };
     // The decision must come from the consent page itself: another site's page could otherwise submit a
     // form token it fetched, and send the user's browser to the client's redirect URI (browsers say where
