@@ -22,23 +22,22 @@ pub(super) fn unique(state: &State, value: Value, kwargs: Kwargs) -> Result<Valu
     collection("unique", &value.clone(), || filters::unique(state, value, kwargs))
 }
 
-pub(super) fn select(
-    state: &State,
-    value: Value,
-    test: Option<Cow<'_, str>>,
-    args: Rest<Value>,
-) -> Result<Value, Error> {
-    collection("select", &value.clone(), || filters::select(state, value, test, args).map(Value::from))
+/// `select(test, …)` and `reject(test, …)`: the items a test keeps, or those it drops; each wraps
+/// MiniJinja's filter of the same name.
+macro_rules! by_test {
+    ($($name:ident),+) => {$(
+        pub(super) fn $name(
+            state: &State,
+            value: Value,
+            test: Option<Cow<'_, str>>,
+            args: Rest<Value>,
+        ) -> Result<Value, Error> {
+            collection(stringify!($name), &value.clone(), || filters::$name(state, value, test, args).map(Value::from))
+        }
+    )+};
 }
 
-pub(super) fn reject(
-    state: &State,
-    value: Value,
-    test: Option<Cow<'_, str>>,
-    args: Rest<Value>,
-) -> Result<Value, Error> {
-    collection("reject", &value.clone(), || filters::reject(state, value, test, args).map(Value::from))
-}
+by_test!(select, reject);
 
 /// `map('filter', …)` or `map(attribute='name')`: a mapped filter charges its own results.
 pub(super) fn map(state: &State, value: Value, args: Rest<Value>) -> Result<Value, Error> {
