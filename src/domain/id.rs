@@ -110,33 +110,31 @@ identifier_text!(AgentId, PromptName, ResourceUri);
 mod tests {
     use super::*;
 
+    /// Asserts that `parse` accepts every one of `valid` and refuses every one of `invalid`.
+    fn parses<T, E>(parse: impl Fn(&str) -> Result<T, E>, valid: &[&str], invalid: &[&str]) {
+        for value in valid {
+            assert!(parse(value).is_ok(), "{value:?} is valid");
+        }
+        for value in invalid {
+            assert!(parse(value).is_err(), "{value:?} is refused");
+        }
+    }
+
     #[test]
     fn agent_ids() {
-        assert!(AgentId::parse("research-bot").is_ok());
-        assert!(AgentId::parse("a").is_ok());
-        assert!(AgentId::parse(&"a".repeat(63)).is_ok());
-        assert!(AgentId::parse(&"a".repeat(64)).is_err());
-        assert!(AgentId::parse("-a").is_err());
-        assert!(AgentId::parse("Abc").is_err());
-        assert!(AgentId::parse("admin").is_err());
-        assert!(AgentId::parse("").is_err());
+        let (longest, too_long) = ("a".repeat(63), "a".repeat(64));
+        parses(AgentId::parse, &["research-bot", "a", &longest], &[&too_long, "-a", "Abc", "admin", ""]);
     }
 
     #[test]
     fn prompt_names() {
-        assert!(PromptName::parse("test_simple_prompt").is_ok());
-        assert!(PromptName::parse("a.b-c").is_ok());
-        assert!(PromptName::parse(".a").is_err());
-        assert!(PromptName::parse("a b").is_err());
+        parses(PromptName::parse, &["test_simple_prompt", "a.b-c"], &[".a", "a b"]);
     }
 
     #[test]
     fn resource_uris() {
-        assert!(ResourceUri::parse("test://static-text").is_ok());
-        assert!(ResourceUri::parse("file:///etc/hosts").is_ok());
-        assert!(ResourceUri::parse("https://example.com/a?b=c").is_ok());
-        assert!(ResourceUri::parse("relative/path").is_err());
-        assert!(ResourceUri::parse("has space://x").is_err());
-        assert!(ResourceUri::parse(&format!("x://{}", "a".repeat(2050))).is_err());
+        let too_long = format!("x://{}", "a".repeat(2050));
+        let valid = ["test://static-text", "file:///etc/hosts", "https://example.com/a?b=c"];
+        parses(ResourceUri::parse, &valid, &["relative/path", "has space://x", &too_long]);
     }
 }
