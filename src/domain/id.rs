@@ -7,6 +7,13 @@ use serde::Serialize;
 #[error("{0}")]
 pub struct InvalidValue(pub String);
 
+/// Whether `value` is 1 to `max_len` bytes, its first byte one `first` takes and every other one `rest`
+/// takes: the syntax of a name, `^[first][rest]{0,max_len-1}$`.
+fn has_syntax(value: &str, max_len: usize, first: impl Fn(u8) -> bool, rest: impl Fn(u8) -> bool) -> bool {
+    let bytes = value.as_bytes();
+    bytes.first().is_some_and(|&b| first(b)) && bytes.len() <= max_len && bytes[1..].iter().all(|&b| rest(b))
+}
+
 /// Names that `/{agent_id}` cannot take because the gateway routes them itself.
 const RESERVED_AGENT_IDS: [&str; 5] = ["admin", "healthz", "readyz", "metrics", "static"];
 
@@ -17,12 +24,8 @@ pub struct AgentId(String);
 
 impl AgentId {
     pub fn parse(value: &str) -> Result<Self, InvalidValue> {
-        let bytes = value.as_bytes();
-        let valid = !bytes.is_empty()
-            && bytes.len() <= 63
-            && (bytes[0].is_ascii_lowercase() || bytes[0].is_ascii_digit())
-            && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_' || *b == b'-');
-        if !valid {
+        let first = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+        if !has_syntax(value, 63, first, |b| first(b) || matches!(b, b'_' | b'-')) {
             return Err(InvalidValue(format!("agent id {value:?} must match ^[a-z0-9][a-z0-9_-]{{0,62}}$")));
         }
         if RESERVED_AGENT_IDS.contains(&value) {
@@ -39,12 +42,8 @@ pub struct PromptName(String);
 
 impl PromptName {
     pub fn parse(value: &str) -> Result<Self, InvalidValue> {
-        let bytes = value.as_bytes();
-        let valid = !bytes.is_empty()
-            && bytes.len() <= 128
-            && bytes[0].is_ascii_alphanumeric()
-            && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-        if !valid {
+        let first = |b: u8| b.is_ascii_alphanumeric();
+        if !has_syntax(value, 128, first, |b| first(b) || matches!(b, b'_' | b'.' | b'-')) {
             return Err(InvalidValue(format!("prompt name {value:?} must match ^[A-Za-z0-9][A-Za-z0-9_.-]{{0,127}}$")));
         }
         Ok(Self(value.to_owned()))
