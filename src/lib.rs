@@ -23,7 +23,8 @@
 //! - [`domain`]: identifiers, keys and records that are valid once they exist.
 //! - [`store`]: the [`store::Store`] trait and its SQLite and PostgreSQL implementations.
 //! - [`events`]: the event bus that carries committed changes to every replica; event retention.
-//! - [`audit`]: the batching writer of MCP request audit records (the hash chain is [`domain::audit`]).
+//! - [`audit`]: the audit log: what an MCP request's record holds, its batching writer, the hash chains and
+//!   their verification; its module doc follows one record.
 //! - [`metrics`]: every exported metric, and `GET /metrics`.
 //! - [`error`]: the admin API's error type and its one mapping to `application/problem+json`.
 //!
@@ -41,7 +42,7 @@
 pub mod admin;
 /// Composition root: builds the application from its configuration and runs it.
 pub mod app;
-/// The batching writer of MCP request audit records.
+/// The audit log: request records, the batching writer, hash chains and their verification.
 pub mod audit;
 /// The command line.
 pub mod cli;

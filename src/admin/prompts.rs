@@ -40,7 +40,8 @@ impl PromptBody {
         limits.text(Field::Description, "description", self.description.as_deref())?;
         // Measured before the templates are compiled.
         prompt::check_sizes(limits, &self.arguments, &self.messages)?;
-        prompt::validate(&self.arguments, &self.messages).map_err(ApiError::Unprocessable)?;
+        prompt::validate(&self.arguments, &self.messages)
+            .map_err(|error| ApiError::Unprocessable(error.to_string()))?;
         Ok(NewPrompt {
             name,
             title: self.title,

@@ -54,7 +54,7 @@ impl ResourceBody {
     /// The validated resource; 422 for an invalid value, 413 for content over `max_bytes` or a field over
     /// its limit.
     pub fn into_new(self, max_bytes: usize, limits: &FieldLimits) -> Result<NewResource, ApiError> {
-        let invalid = ApiError::Unprocessable;
+        let invalid = |message: &dyn std::fmt::Display| ApiError::Unprocessable(message.to_string());
         limits.text(Field::Name, "name", Some(&self.name))?;
         limits.text(Field::Title, "title", self.title.as_deref())?;
         limits.text(Field::Description, "description", self.description.as_deref())?;
@@ -63,18 +63,18 @@ impl ResourceBody {
         limits.json(Field::Meta, "_meta", self.meta.as_ref())?;
         let uri = ResourceUri::parse(&self.uri)?;
         if self.name.trim().is_empty() {
-            return Err(invalid("name must not be empty".to_owned()));
+            return Err(invalid(&"name must not be empty"));
         }
         if let Some(mime_type) = &self.mime_type {
             check_mime_type(mime_type)?;
         }
-        self.annotations.as_ref().map(validate_annotations).transpose().map_err(invalid)?;
-        self.meta.as_ref().map(validate_meta).transpose().map_err(invalid)?;
+        self.annotations.as_ref().map(validate_annotations).transpose().map_err(|error| invalid(&error))?;
+        self.meta.as_ref().map(validate_meta).transpose().map_err(|error| invalid(&error))?;
         let content = match (self.text, self.blob) {
             (Some(text), None) => Content::Text(text),
-            (None, Some(blob)) => Content::Blob(validate_base64("blob", &blob).map_err(invalid)?),
-            (Some(_), Some(_)) => return Err(invalid("give either text or blob, not both".to_owned())),
-            (None, None) => return Err(invalid("text or blob is required".to_owned())),
+            (None, Some(blob)) => Content::Blob(validate_base64("blob", &blob).map_err(|error| invalid(&error))?),
+            (Some(_), Some(_)) => return Err(invalid(&"give either text or blob, not both")),
+            (None, None) => return Err(invalid(&"text or blob is required")),
         };
         if content.size() > max_bytes as u64 {
             return Err(ApiError::limited(

@@ -60,7 +60,11 @@ impl TemplateBody {
         if let Some(mime_type) = &self.mime_type {
             check_mime_type(mime_type)?;
         }
-        self.annotations.as_ref().map(validate_annotations).transpose().map_err(ApiError::Unprocessable)?;
+        self.annotations
+            .as_ref()
+            .map(validate_annotations)
+            .transpose()
+            .map_err(|error| ApiError::Unprocessable(error.to_string()))?;
         if let Some(text) = &self.text {
             if !template.is_matchable() {
                 return Err(ApiError::Unprocessable(

@@ -1,24 +1,35 @@
 //! `hivegate audit verify`: every agent's records checked against the chains that hold them.
 //!
 //! An agent's records live in its own chain (admin changes, and MCP records from before the writer
-//! streams, [`crate::domain::audit`]) and in a chain per writer stream ([`crate::domain::audit_stream`]).
+//! streams, [`super::chain`]) and in a chain per writer stream ([`super::stream`]).
 //! With one agent, only its own records are read: its chain, and in each stream the heads of every row
 //! (which the stream's chain covers) and the records of the rows whose heads name it.
 
 use std::collections::BTreeMap;
 
-use crate::domain::audit::ChainVerifier;
-use crate::domain::audit_stream::{StreamError, StreamVerifier};
+use super::chain::{ChainError, ChainVerifier};
+use super::stream::{StreamError, StreamVerifier};
 use crate::store::{Store, StoreResult};
 
 /// Records (or stream rows) read per query.
 const PAGE: u32 = 1000;
 
+/// The first problem found in an agent's chains; `Display` is what `hivegate audit verify` prints for it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentProblem {
+    /// In the agent's own chain.
+    #[error(transparent)]
+    Chain(#[from] ChainError),
+    /// In the agent's chain in a writer stream.
+    #[error("{problem} (stream {stream_id})")]
+    Stream { problem: StreamError, stream_id: String },
+}
+
 /// What verification found.
 #[derive(Debug, Default)]
 pub struct Report {
     /// Each agent's number of records checked, or the first problem found in its chains.
-    pub agents: BTreeMap<String, Result<u64, String>>,
+    pub agents: BTreeMap<String, Result<u64, AgentProblem>>,
     /// Streams whose own chain of rows is broken (their agents' records after the break are unchecked).
     pub streams: Vec<(String, StreamError)>,
 }
@@ -40,11 +51,11 @@ pub async fn verify(store: &dyn Store, agent: Option<&str>) -> StoreResult<Repor
         let outcome = loop {
             let page = store.audit_chain_page(&agent_id, after, PAGE).await?;
             if let Some(problem) = page.iter().find_map(|record| verifier.check(record).err()) {
-                break Err(problem.to_string());
+                break Err(AgentProblem::Chain(problem));
             }
             match page.last() {
                 Some(last) if page.len() == PAGE as usize => after = last.chain_seq.unwrap_or(after),
-                _ => break verifier.finish().map_err(|problem| problem.to_string()),
+                _ => break verifier.finish().map_err(AgentProblem::Chain),
             }
         };
         report.agents.insert(agent_id, outcome);
@@ -73,7 +84,8 @@ pub async fn verify(store: &dyn Store, agent: Option<&str>) -> StoreResult<Repor
             }
             Err(problem) => match problem.agent() {
                 Some(agent_id) => {
-                    report.agents.insert(agent_id.to_owned(), Err(format!("{problem} (stream {stream_id})")));
+                    let problem = AgentProblem::Stream { problem: problem.clone(), stream_id };
+                    report.agents.insert(agent_id.to_owned(), Err(problem));
                 }
                 None => report.streams.push((stream_id, problem)),
             },

@@ -298,13 +298,24 @@ pub async fn delete_prompt(
     Ok(Redirect::to(&format!("/console/agents/{}/registry", agent.id)).into_response())
 }
 
+/// Why a method run as a client gave no answer to show; `Display` is what the page shows.
+#[derive(Debug, thiserror::Error)]
+enum AsClientError {
+    /// The answer could not be pretty-printed.
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    /// The method answered with an error.
+    #[error("error {}: {}", .0.code(), .0)]
+    Method(crate::mcp::error::McpError),
+}
+
 /// Runs one MCP method against the agent as its clients' requests do, with a stand-in for the key (the
 /// methods run here read nothing of it): the answer's result, pretty-printed, or its error.
 async fn as_client<M: McpMethod>(
     state: &AppState,
     agent: &Agent,
     params: Value,
-) -> std::result::Result<String, String> {
+) -> std::result::Result<String, AsClientError> {
     let key = KeyRecord {
         id: "console".to_owned(),
         agent_id: agent.id.clone(),
@@ -322,10 +333,10 @@ async fn as_client<M: McpMethod>(
         Ok(answer) => {
             let mut out = Vec::with_capacity(answer.json_len());
             answer.write(&mut out);
-            let value: Value = serde_json::from_slice(&out).map_err(|error| error.to_string())?;
-            serde_json::to_string_pretty(&value).map_err(|error| error.to_string())
+            let value: Value = serde_json::from_slice(&out)?;
+            Ok(serde_json::to_string_pretty(&value)?)
         }
-        Err(error) => Err(format!("error {}: {error}", error.code())),
+        Err(error) => Err(AsClientError::Method(error)),
     }
 }
 
@@ -354,7 +365,7 @@ pub async fn template(
     };
     let (read_ok, read_error) = match read {
         Some(Ok(json)) => (Some(json), None),
-        Some(Err(error)) => (None, Some(error)),
+        Some(Err(error)) => (None, Some(error.to_string())),
         None => (None, None),
     };
     let title =
@@ -414,7 +425,7 @@ pub async fn prompt(
                     "ref": { "type": "ref/prompt", "name": prompt.name.as_str() },
                     "argument": { "name": argument.name, "value": value },
                 });
-                Some(as_client::<Complete>(&state, &agent, params).await.unwrap_or_else(|error| error))
+                Some(as_client::<Complete>(&state, &agent, params).await.unwrap_or_else(|error| error.to_string()))
             } else {
                 None
             };
@@ -427,7 +438,7 @@ pub async fn prompt(
             let params = json!({ "name": prompt.name.as_str(), "arguments": given });
             match as_client::<GetPrompt>(&state, &agent, params).await {
                 Ok(json) => rendered = Some(json),
-                Err(error) => render_error = Some(error),
+                Err(error) => render_error = Some(error.to_string()),
             }
         }
     }

@@ -12,80 +12,129 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
 use super::ResourceUri;
-use super::render::{self, Budget};
+use super::id::InvalidValue;
+use super::render::{self, Budget, TemplateError};
 use super::time::Timestamp;
+
+/// Why a content block (or its annotations, `_meta` or a base64 field) is refused, or a block failed to
+/// render; `Display` is the message the caller sees, e.g. `content.annotations.priority must be a number
+/// from 0 to 1`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContentError {
+    /// A field is missing, unknown, or of the wrong type or value.
+    #[error("{0}")]
+    Field(String),
+    /// A field that is not strict standard base64.
+    #[error("{field} is not valid base64 ({error})")]
+    Base64 { field: String, error: base64::DecodeError },
+    /// A templated field that does not compile.
+    #[error("{field} does not compile: {error}")]
+    Template { field: String, error: TemplateError },
+    /// A URI field without template syntax that is not a valid URI.
+    #[error("{field}: {error}")]
+    Uri { field: String, error: InvalidValue },
+    /// A field's error, inside the member `at`: `at.` before its own message.
+    #[error("{at}.{error}")]
+    Within { at: &'static str, error: Box<ContentError> },
+    /// A templated field failed to render.
+    #[error(transparent)]
+    Render(#[from] TemplateError),
+    /// A rendered URI that is not a valid URI.
+    #[error(transparent)]
+    RenderedUri(InvalidValue),
+}
+
+impl ContentError {
+    fn field(message: impl Into<String>) -> Self {
+        ContentError::Field(message.into())
+    }
+
+    /// The error of a field of the member `at`.
+    fn within(self, at: &'static str) -> Self {
+        ContentError::Within { at, error: Box::new(self) }
+    }
+}
 
 /// Checks MCP `annotations`: an object with only `audience` (`user`/`assistant`), `priority` (0 to 1)
 /// and `lastModified` (RFC 3339).
-pub fn validate_annotations(annotations: &Value) -> Result<(), String> {
-    let object = annotations.as_object().ok_or("annotations must be an object")?;
+pub fn validate_annotations(annotations: &Value) -> Result<(), ContentError> {
+    let object = annotations.as_object().ok_or_else(|| ContentError::field("annotations must be an object"))?;
     for (key, value) in object {
         match key.as_str() {
             "audience" => {
-                let roles = value.as_array().ok_or("annotations.audience must be an array")?;
+                let roles =
+                    value.as_array().ok_or_else(|| ContentError::field("annotations.audience must be an array"))?;
                 if !roles.iter().all(|role| matches!(role.as_str(), Some("user" | "assistant"))) {
-                    return Err("annotations.audience may only contain \"user\" and \"assistant\"".to_owned());
+                    return Err(ContentError::field(
+                        "annotations.audience may only contain \"user\" and \"assistant\"",
+                    ));
                 }
             }
             "priority" => {
                 if !value.as_f64().is_some_and(|p| (0.0..=1.0).contains(&p)) {
-                    return Err("annotations.priority must be a number from 0 to 1".to_owned());
+                    return Err(ContentError::field("annotations.priority must be a number from 0 to 1"));
                 }
             }
             "lastModified" => {
                 if value.as_str().and_then(Timestamp::parse_rfc3339).is_none() {
-                    return Err("annotations.lastModified must be an RFC 3339 date-time".to_owned());
+                    return Err(ContentError::field("annotations.lastModified must be an RFC 3339 date-time"));
                 }
             }
-            other => return Err(format!("annotations has an unknown field {other:?}")),
+            other => return Err(ContentError::field(format!("annotations has an unknown field {other:?}"))),
         }
     }
     Ok(())
 }
 
 /// Checks an MCP `_meta`: any object.
-pub fn validate_meta(meta: &Value) -> Result<(), String> {
-    if meta.is_object() { Ok(()) } else { Err("_meta must be an object".to_owned()) }
+pub fn validate_meta(meta: &Value) -> Result<(), ContentError> {
+    if meta.is_object() { Ok(()) } else { Err(ContentError::field("_meta must be an object")) }
 }
 
 /// Checks strict standard base64 (RFC 4648 §4, with padding).
-pub fn validate_base64(field: &str, value: &str) -> Result<Vec<u8>, String> {
-    STANDARD.decode(value).map_err(|error| format!("{field} is not valid base64 ({error})"))
+pub fn validate_base64(field: &str, value: &str) -> Result<Vec<u8>, ContentError> {
+    STANDARD.decode(value).map_err(|error| ContentError::Base64 { field: field.to_owned(), error })
 }
 
 /// Checks one content block: its `type`, its required fields, no unknown fields, and that every
 /// templated field compiles.
-pub fn validate_block(block: &Value) -> Result<(), String> {
-    let object = block.as_object().ok_or("content must be an object")?;
-    let kind = object.get("type").and_then(Value::as_str).ok_or("content.type must be a string")?;
+pub fn validate_block(block: &Value) -> Result<(), ContentError> {
+    let object = block.as_object().ok_or_else(|| ContentError::field("content must be an object"))?;
+    let kind = object
+        .get("type")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ContentError::field("content.type must be a string"))?;
     let (required, optional): (&[&str], &[&str]) = match kind {
         "text" => (&["text"], &[]),
         "image" | "audio" => (&["data", "mimeType"], &[]),
         "resource_link" => (&["uri", "name"], &["title", "description", "mimeType", "size", "icons"]),
         "resource" => (&["resource"], &[]),
         other => {
-            return Err(format!("content.type {other:?} is not one of text, image, audio, resource_link, resource"));
+            return Err(ContentError::field(format!(
+                "content.type {other:?} is not one of text, image, audio, resource_link, resource"
+            )));
         }
     };
     check_fields(object, "content", required, optional)?;
     for (key, value) in object {
         match key.as_str() {
             "type" => {}
-            "annotations" => validate_annotations(value).map_err(|e| format!("content.{e}"))?,
-            "_meta" => validate_meta(value).map_err(|e| format!("content.{e}"))?,
+            "annotations" => validate_annotations(value).map_err(|error| error.within("content"))?,
+            "_meta" => validate_meta(value).map_err(|error| error.within("content"))?,
             "size" => {
                 if !value.is_u64() {
-                    return Err("content.size must be a non-negative integer".to_owned());
+                    return Err(ContentError::field("content.size must be a non-negative integer"));
                 }
             }
             "icons" => {
                 if !value.is_array() {
-                    return Err("content.icons must be an array".to_owned());
+                    return Err(ContentError::field("content.icons must be an array"));
                 }
             }
             "resource" => validate_embedded(value)?,
             other => {
-                let text = value.as_str().ok_or_else(|| format!("content.{other} must be a string"))?;
+                let text =
+                    value.as_str().ok_or_else(|| ContentError::field(format!("content.{other} must be a string")))?;
                 match (kind, other) {
                     ("text", "text") => compile(&format!("content.{other}"), text)?,
                     ("resource_link", "uri") => check_uri_template("content.uri", text)?,
@@ -99,19 +148,19 @@ pub fn validate_block(block: &Value) -> Result<(), String> {
 }
 
 /// The `resource` of an embedded-resource block: `uri` and exactly one of `text` or `blob`.
-fn validate_embedded(resource: &Value) -> Result<(), String> {
-    let object = resource.as_object().ok_or("content.resource must be an object")?;
+fn validate_embedded(resource: &Value) -> Result<(), ContentError> {
+    let object = resource.as_object().ok_or_else(|| ContentError::field("content.resource must be an object"))?;
     check_fields(object, "content.resource", &["uri"], &["mimeType", "text", "blob", "_meta"])?;
     if object.contains_key("text") == object.contains_key("blob") {
-        return Err("content.resource must have exactly one of text or blob".to_owned());
+        return Err(ContentError::field("content.resource must have exactly one of text or blob"));
     }
     for (key, value) in object {
         if key == "_meta" {
-            validate_meta(value).map_err(|e| format!("content.resource.{e}"))?;
+            validate_meta(value).map_err(|error| error.within("content.resource"))?;
             continue;
         }
         let field = format!("content.resource.{key}");
-        let text = value.as_str().ok_or_else(|| format!("{field} must be a string"))?;
+        let text = value.as_str().ok_or_else(|| ContentError::field(format!("{field} must be a string")))?;
         match key.as_str() {
             "uri" => check_uri_template(&field, text)?,
             "text" => compile(&field, text)?,
@@ -152,7 +201,7 @@ pub fn render_block(
     compiled: &render::Compiled,
     args: &BTreeMap<String, String>,
     budget: &mut Budget,
-) -> Result<Value, String> {
+) -> Result<Value, ContentError> {
     let mut block = block.clone();
     let kind = block.get("type").and_then(Value::as_str).unwrap_or_default();
     let fields = templated_fields(kind);
@@ -168,7 +217,7 @@ pub fn render_block(
         let Some(source) = slot.as_str() else { continue };
         let rendered = compiled.render(source, args, budget)?;
         if *is_uri {
-            ResourceUri::parse(&rendered).map_err(|e| e.0)?;
+            ResourceUri::parse(&rendered).map_err(ContentError::RenderedUri)?;
         }
         *slot = Value::String(rendered);
     }
@@ -176,29 +225,34 @@ pub fn render_block(
 }
 
 /// Every required field is present and every field is known (`annotations` and `_meta` always are).
-fn check_fields(object: &Map<String, Value>, at: &str, required: &[&str], optional: &[&str]) -> Result<(), String> {
+fn check_fields(
+    object: &Map<String, Value>,
+    at: &str,
+    required: &[&str],
+    optional: &[&str],
+) -> Result<(), ContentError> {
     if let Some(missing) = required.iter().find(|field| !object.contains_key(**field)) {
-        return Err(format!("{at}.{missing} is required"));
+        return Err(ContentError::field(format!("{at}.{missing} is required")));
     }
     let known = |key: &str| {
         matches!(key, "type" | "annotations" | "_meta") || required.contains(&key) || optional.contains(&key)
     };
     match object.keys().find(|key| !known(key)) {
-        Some(unknown) => Err(format!("{at} has an unknown field {unknown:?}")),
+        Some(unknown) => Err(ContentError::field(format!("{at} has an unknown field {unknown:?}"))),
         None => Ok(()),
     }
 }
 
-fn compile(field: &str, source: &str) -> Result<(), String> {
-    render::compile_check(source).map_err(|error| format!("{field} does not compile: {error}"))
+fn compile(field: &str, source: &str) -> Result<(), ContentError> {
+    render::compile_check(source).map_err(|error| ContentError::Template { field: field.to_owned(), error })
 }
 
 /// A URI field may be a template; one without any template syntax must already be a valid URI.
-fn check_uri_template(field: &str, source: &str) -> Result<(), String> {
+fn check_uri_template(field: &str, source: &str) -> Result<(), ContentError> {
     if source.contains('{') {
         compile(field, source)
     } else {
-        ResourceUri::parse(source).map(drop).map_err(|e| format!("{field}: {}", e.0))
+        ResourceUri::parse(source).map(drop).map_err(|error| ContentError::Uri { field: field.to_owned(), error })
     }
 }
 

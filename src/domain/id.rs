@@ -22,6 +22,12 @@ macro_rules! deserialize_parsed {
     };
 }
 pub(crate) use deserialize_parsed;
+/// Whether `value` is 1 to `max_len` bytes, its first byte one `first` takes and every other one `rest`
+/// takes: the syntax of a name, `^[first][rest]{0,max_len-1}$`.
+fn has_syntax(value: &str, max_len: usize, first: impl Fn(u8) -> bool, rest: impl Fn(u8) -> bool) -> bool {
+    let bytes = value.as_bytes();
+    bytes.first().is_some_and(|&b| first(b)) && bytes.len() <= max_len && bytes[1..].iter().all(|&b| rest(b))
+}
 
 /// Names that `/{agent_id}` cannot take because the gateway routes them itself.
 const RESERVED_AGENT_IDS: [&str; 5] = ["admin", "healthz", "readyz", "metrics", "static"];
@@ -33,12 +39,8 @@ pub struct AgentId(String);
 
 impl AgentId {
     pub fn parse(value: &str) -> Result<Self, InvalidValue> {
-        let bytes = value.as_bytes();
-        let valid = !bytes.is_empty()
-            && bytes.len() <= 63
-            && (bytes[0].is_ascii_lowercase() || bytes[0].is_ascii_digit())
-            && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_' || *b == b'-');
-        if !valid {
+        let first = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+        if !has_syntax(value, 63, first, |b| first(b) || matches!(b, b'_' | b'-')) {
             return Err(InvalidValue(format!("agent id {value:?} must match ^[a-z0-9][a-z0-9_-]{{0,62}}$")));
         }
         if RESERVED_AGENT_IDS.contains(&value) {
@@ -46,19 +48,9 @@ impl AgentId {
         }
         Ok(Self(value.to_owned()))
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
 deserialize_parsed!(AgentId, |value| AgentId::parse(value).ok());
-
-impl fmt::Display for AgentId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
 
 /// A prompt name: `^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -67,25 +59,11 @@ pub struct PromptName(String);
 
 impl PromptName {
     pub fn parse(value: &str) -> Result<Self, InvalidValue> {
-        let bytes = value.as_bytes();
-        let valid = !bytes.is_empty()
-            && bytes.len() <= 128
-            && bytes[0].is_ascii_alphanumeric()
-            && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-        if !valid {
+        let first = |b: u8| b.is_ascii_alphanumeric();
+        if !has_syntax(value, 128, first, |b| first(b) || matches!(b, b'_' | b'.' | b'-')) {
             return Err(InvalidValue(format!("prompt name {value:?} must match ^[A-Za-z0-9][A-Za-z0-9_.-]{{0,127}}$")));
         }
         Ok(Self(value.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for PromptName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 
@@ -120,10 +98,6 @@ impl ResourceUri {
         Ok(())
     }
 
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
     pub fn into_string(self) -> String {
         self.0
     }
@@ -131,43 +105,54 @@ impl ResourceUri {
 
 deserialize_parsed!(ResourceUri, |value| ResourceUri::parse(value).ok());
 
-impl fmt::Display for ResourceUri {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+/// What every identifier has besides its own `parse`: its text, shown as it is.
+macro_rules! identifier_text {
+    ($($id:ident),+) => {$(
+        impl $id {
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $id {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    )+};
 }
+
+identifier_text!(AgentId, PromptName, ResourceUri);
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Asserts that `parse` accepts every one of `valid` and refuses every one of `invalid`.
+    fn parses<T, E>(parse: impl Fn(&str) -> Result<T, E>, valid: &[&str], invalid: &[&str]) {
+        for value in valid {
+            assert!(parse(value).is_ok(), "{value:?} is valid");
+        }
+        for value in invalid {
+            assert!(parse(value).is_err(), "{value:?} is refused");
+        }
+    }
+
     #[test]
     fn agent_ids() {
-        assert!(AgentId::parse("research-bot").is_ok());
-        assert!(AgentId::parse("a").is_ok());
-        assert!(AgentId::parse(&"a".repeat(63)).is_ok());
-        assert!(AgentId::parse(&"a".repeat(64)).is_err());
-        assert!(AgentId::parse("-a").is_err());
-        assert!(AgentId::parse("Abc").is_err());
-        assert!(AgentId::parse("admin").is_err());
-        assert!(AgentId::parse("").is_err());
+        let (longest, too_long) = ("a".repeat(63), "a".repeat(64));
+        parses(AgentId::parse, &["research-bot", "a", &longest], &[&too_long, "-a", "Abc", "admin", ""]);
     }
 
     #[test]
     fn prompt_names() {
-        assert!(PromptName::parse("test_simple_prompt").is_ok());
-        assert!(PromptName::parse("a.b-c").is_ok());
-        assert!(PromptName::parse(".a").is_err());
-        assert!(PromptName::parse("a b").is_err());
+        parses(PromptName::parse, &["test_simple_prompt", "a.b-c"], &[".a", "a b"]);
     }
 
     #[test]
     fn resource_uris() {
-        assert!(ResourceUri::parse("test://static-text").is_ok());
-        assert!(ResourceUri::parse("file:///etc/hosts").is_ok());
-        assert!(ResourceUri::parse("https://example.com/a?b=c").is_ok());
-        assert!(ResourceUri::parse("relative/path").is_err());
-        assert!(ResourceUri::parse("has space://x").is_err());
-        assert!(ResourceUri::parse(&format!("x://{}", "a".repeat(2050))).is_err());
+        let too_long = format!("x://{}", "a".repeat(2050));
+        let valid = ["test://static-text", "file:///etc/hosts", "https://example.com/a?b=c"];
+        parses(ResourceUri::parse, &valid, &["relative/path", "has space://x", &too_long]);
     }
 }

@@ -1,9 +1,5 @@
 //! Domain types: values that are valid once they exist (parse, don't validate).
 
-/// The audit log's per-agent hash chain: hashing and verification.
-pub mod audit;
-/// MCP request records in writer streams: a batch in a few rows, each agent's chain verifiable alone.
-pub mod audit_stream;
 /// MCP content blocks and annotations: their checks at write time and their rendering at read time.
 pub mod content;
 /// Identifiers with a fixed syntax: agent ids, prompt names, resource URIs.
@@ -28,6 +24,11 @@ pub mod time;
 pub mod uri_template;
 
 pub use id::{AgentId, PromptName, ResourceUri};
+
+// The store still names the audit chain and writer streams by their former paths; these two lines go once it
+// names `crate::audit::chain` and `crate::audit::stream` itself.
+#[doc(hidden)]
+pub use crate::audit::{chain as audit, stream as audit_stream};
 
 /// Lower-case hex of `bytes`. Digests are written as hex on every request (session and audit chain digests),
 /// and `hex::encode` builds its string a `char` at a time; this encodes into one buffer.

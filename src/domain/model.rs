@@ -351,7 +351,7 @@ pub struct AuditRecord {
     pub user_agent: Option<AuditText>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<AuditText>,
-    /// Position in the agent's hash chain (from 1); see [`crate::domain::audit`].
+    /// Position in the agent's hash chain (from 1); see [`crate::audit::chain`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chain_seq: Option<i64>,
     /// Hash of the record before this one in the chain (`""` for the first).

@@ -2,10 +2,39 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::content;
+use super::content::{self, ContentError};
 use super::limits::{Field, FieldLimits, TooLarge, json_len};
 use super::model::{PromptArgument, PromptMessage};
-use super::render::{self, Budget, Compiled};
+use super::render::{self, Budget, Compiled, TemplateError};
+
+/// Why a prompt's arguments or messages are refused, or its messages failed to render; `Display` is the
+/// message the caller sees, naming the offending item.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PromptError {
+    #[error("arguments[{index}].name must not be empty")]
+    EmptyName { index: usize },
+    #[error("arguments[{index}].name {name:?} is declared twice")]
+    DeclaredTwice { index: usize, name: String },
+    #[error("messages must not be empty")]
+    NoMessages,
+    /// A message's content block is refused.
+    #[error("messages[{index}].{error}")]
+    Content { index: usize, error: ContentError },
+    /// A message's template does not compile.
+    #[error("messages[{index}].content: {error}")]
+    Template { index: usize, error: TemplateError },
+    /// A message's templates read variables that are not declared arguments (listed quoted).
+    #[error(
+        "messages[{index}].content uses {} that {} not declared in arguments: {}",
+        if undeclared.len() == 1 { "a variable" } else { "variables" },
+        if undeclared.len() == 1 { "is" } else { "are" },
+        undeclared.join(", ")
+    )]
+    Undeclared { index: usize, undeclared: Vec<String> },
+    /// A message failed to render.
+    #[error("messages[{index}]: {error}")]
+    Render { index: usize, error: ContentError },
+}
 
 /// Checks the size of every field of a prompt's arguments and messages, and how many arguments it declares,
 /// before anything compiles its templates.
@@ -39,38 +68,33 @@ pub fn check_sizes(
 
 /// Checks a prompt's arguments and messages; the error names the offending item, e.g.
 /// `messages[1].content.text does not compile: ...`.
-pub fn validate(arguments: &[PromptArgument], messages: &[PromptMessage]) -> Result<(), String> {
+pub fn validate(arguments: &[PromptArgument], messages: &[PromptMessage]) -> Result<(), PromptError> {
     let mut names = HashSet::new();
     for (index, argument) in arguments.iter().enumerate() {
         if argument.name.trim().is_empty() {
-            return Err(format!("arguments[{index}].name must not be empty"));
+            return Err(PromptError::EmptyName { index });
         }
         if !names.insert(argument.name.as_str()) {
-            return Err(format!("arguments[{index}].name {:?} is declared twice", argument.name));
+            return Err(PromptError::DeclaredTwice { index, name: argument.name.clone() });
         }
     }
     if messages.is_empty() {
-        return Err("messages must not be empty".to_owned());
+        return Err(PromptError::NoMessages);
     }
     for (index, message) in messages.iter().enumerate() {
-        content::validate_block(&message.content).map_err(|error| format!("messages[{index}].{error}"))?;
+        content::validate_block(&message.content).map_err(|error| PromptError::Content { index, error })?;
     }
     // Every variable a template reads must be a declared argument: `prompts/get` refuses arguments that are
     // not declared, so an undeclared one could never be given.
     for (index, message) in messages.iter().enumerate() {
         let mut undeclared = std::collections::BTreeSet::new();
         for source in content::template_sources(&message.content) {
-            let free = render::free_variables(source).map_err(|error| format!("messages[{index}].content: {error}"))?;
+            let free = render::free_variables(source).map_err(|error| PromptError::Template { index, error })?;
             undeclared.extend(free.into_iter().filter(|variable| !names.contains(variable.as_str())));
         }
         if !undeclared.is_empty() {
-            let list: Vec<String> = undeclared.iter().map(|name| format!("{name:?}")).collect();
-            return Err(format!(
-                "messages[{index}].content uses {} that {} not declared in arguments: {}",
-                if list.len() == 1 { "a variable" } else { "variables" },
-                if list.len() == 1 { "is" } else { "are" },
-                list.join(", ")
-            ));
+            let undeclared = undeclared.iter().map(|name| format!("{name:?}")).collect();
+            return Err(PromptError::Undeclared { index, undeclared });
         }
     }
     Ok(())
@@ -89,13 +113,13 @@ pub fn render_messages(
     compiled: &Compiled,
     args: &BTreeMap<String, String>,
     budget: &mut Budget,
-) -> Result<Vec<PromptMessage>, String> {
+) -> Result<Vec<PromptMessage>, PromptError> {
     messages
         .iter()
         .enumerate()
         .map(|(index, message)| {
             let content = content::render_block(&message.content, compiled, args, budget)
-                .map_err(|error| format!("messages[{index}]: {error}"))?;
+                .map_err(|error| PromptError::Render { index, error })?;
             Ok(PromptMessage { role: message.role, content })
         })
         .collect()
@@ -129,20 +153,23 @@ mod tests {
         assert!(validate(&[argument("")], &ok).is_err());
         assert!(validate(&[], &[]).is_err());
         let error = validate(&[], &[ok[0].clone(), message(json!({"type": "text", "text": "{{ x"}))])
-            .expect_err("does not compile");
+            .expect_err("does not compile")
+            .to_string();
         assert!(error.starts_with("messages[1].content.text"), "{error}");
     }
 
     #[test]
     fn refuses_templates_that_read_undeclared_variables() {
         let reads = |text: &str| [message(json!({"type": "text", "text": text}))];
-        let error = validate(&[argument("topic")], &reads("{{ topic }} {{ depth }} {{ x }}")).expect_err("undeclared");
+        let error = validate(&[argument("topic")], &reads("{{ topic }} {{ depth }} {{ x }}"))
+            .expect_err("undeclared")
+            .to_string();
         assert_eq!(error, r#"messages[0].content uses variables that are not declared in arguments: "depth", "x""#);
         // Loop variables and the functions every template may call are not arguments.
         let looped = "{% for i in range(3) %}{{ i }}{{ loop.index }}{{ topic }}{% else %}{% endfor %}";
         assert_eq!(validate(&[argument("topic")], &reads(looped)), Ok(()));
         let link = [message(json!({"type": "resource_link", "uri": "test://{{ id }}", "name": "n"}))];
-        let error = validate(&[], &link).expect_err("undeclared in a uri");
+        let error = validate(&[], &link).expect_err("undeclared in a uri").to_string();
         assert!(error.contains(r#"a variable that is not declared in arguments: "id""#), "{error}");
         assert_eq!(validate(&[argument("id")], &link), Ok(()));
     }
@@ -164,8 +191,9 @@ mod tests {
         let messages = vec![message(json!({"type": "text", "text": text})); 3];
         let args = [("kib".to_owned(), "x".repeat(1024))].into();
         let compiled = compile_messages(&messages);
-        let error =
-            render_messages(&messages, &compiled, &args, &mut Budget::default()).expect_err("over the total budget");
+        let error = render_messages(&messages, &compiled, &args, &mut Budget::default())
+            .expect_err("over the total budget")
+            .to_string();
         assert!(error.starts_with("messages[1]: "), "{error}");
         assert!(error.contains("output budget of 1048576 bytes"), "{error}");
         let one = render_messages(&messages[..1], &compiled, &args, &mut Budget::default()).expect("one message fits");

@@ -149,7 +149,7 @@ impl UriTemplate {
                 '{' => {
                     let close = source[at..].find('}').ok_or_else(|| fail(at, "unclosed '{'"))?;
                     let body = &source[at + 1..at + close];
-                    let expression = parse_expression(body).map_err(|why| fail(at, &why))?;
+                    let expression = parse_expression(body).map_err(|why| fail(at, &why.to_string()))?;
                     if !literal.is_empty() {
                         parts.push(Part::Literal(std::mem::take(&mut literal)));
                     }
@@ -250,12 +250,25 @@ fn is_literal_char(c: char) -> bool {
     }
 }
 
+/// Why the inside of a `{...}` does not parse; `Display` is the reason the template's error gives.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum ExpressionError {
+    #[error("empty expression")]
+    Empty,
+    #[error("operator {0:?} is reserved")]
+    ReservedOperator(char),
+    #[error("prefix length {length:?} of {name:?} must be 1 to 9999")]
+    PrefixLength { length: String, name: String },
+    #[error("{0:?} is not a variable name")]
+    NotAVariableName(String),
+}
+
 /// The inside of `{...}`: operator? varspec ("," varspec)*.
-fn parse_expression(body: &str) -> Result<Expression, String> {
+fn parse_expression(body: &str) -> Result<Expression, ExpressionError> {
     let mut chars = body.chars();
     let (operator, list) = match chars.next() {
-        None => return Err("empty expression".to_owned()),
-        Some(c @ ('=' | ',' | '!' | '@' | '|')) => return Err(format!("operator {c:?} is reserved")),
+        None => return Err(ExpressionError::Empty),
+        Some(c @ ('=' | ',' | '!' | '@' | '|')) => return Err(ExpressionError::ReservedOperator(c)),
         Some(c) => match Operator::from_char(c) {
             Some(operator) => (operator, chars.as_str()),
             None => (Operator::Simple, body),
@@ -266,7 +279,7 @@ fn parse_expression(body: &str) -> Result<Expression, String> {
 }
 
 /// varname [ ":" max-length / "*" ].
-fn parse_varspec(spec: &str) -> Result<VarSpec, String> {
+fn parse_varspec(spec: &str) -> Result<VarSpec, ExpressionError> {
     let (name, modifier) = if let Some(name) = spec.strip_suffix('*') {
         (name, Some(Modifier::Explode))
     } else if let Some((name, length)) = spec.split_once(':') {
@@ -278,13 +291,13 @@ fn parse_varspec(spec: &str) -> Result<VarSpec, String> {
             .parse()
             .ok()
             .filter(|_| valid)
-            .ok_or_else(|| format!("prefix length {length:?} of {name:?} must be 1 to 9999"))?;
+            .ok_or_else(|| ExpressionError::PrefixLength { length: length.to_owned(), name: name.to_owned() })?;
         (name, Some(Modifier::Prefix(length)))
     } else {
         (spec, None)
     };
     if !is_varname(name) {
-        return Err(format!("{name:?} is not a variable name"));
+        return Err(ExpressionError::NotAVariableName(name.to_owned()));
     }
     Ok(VarSpec { name: name.to_owned(), modifier })
 }

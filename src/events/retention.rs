@@ -12,9 +12,9 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
+use crate::audit::stream::RowHead;
 use crate::config::{AuditConfig, EventsConfig, SessionsConfig};
 use crate::domain::AgentId;
-use crate::domain::audit_stream::RowHead;
 use crate::domain::time::Timestamp;
 use crate::store::Store;
 

@@ -68,7 +68,7 @@ pub fn refuse_head(limits: &LimitsConfig, is_mcp: bool, request: &Request) -> Op
     if !is_mcp {
         let headers = request.headers();
         if let Err(detail) = single_host(headers).and_then(|_| single_origin(headers)) {
-            return Some(ApiError::BadRequest(detail).into_response());
+            return Some(ApiError::BadRequest(detail.to_string()).into_response());
         }
     }
     None

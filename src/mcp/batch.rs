@@ -11,7 +11,6 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use tracing::Instrument as _;
 
-use super::audit::Item;
 use super::dispatch::{self, Context, Method};
 use super::era::{self, Era};
 use super::error::McpError;
@@ -19,6 +18,7 @@ use super::headers::reply_format;
 use super::jsonrpc::{self, Malformed, Message};
 use super::span;
 use super::transport::{Admitted, accepted, rate_limit, reply};
+use crate::audit::request::Item;
 use crate::state::AppState;
 
 /// Messages one batch may hold; a larger batch is -32600 (a batch is answered in one response).

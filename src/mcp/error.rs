@@ -249,7 +249,7 @@ impl McpError {
             jsonrpc::failure(id, &self),
         )
             .into_response();
-        response.extensions_mut().insert(super::audit::ErrorCode(self.code()));
+        response.extensions_mut().insert(crate::audit::request::ErrorCode(self.code()));
         if let Some(limit) = self.limit() {
             response.extensions_mut().insert(Refused(limit));
         }

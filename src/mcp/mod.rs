@@ -26,8 +26,6 @@
 //! once → each open stream of the agent keeps what its session's subscriptions or listen filter want. The
 //! [`stream`] module's doc follows it step by step.
 
-/// One audit record per MCP request that passed authentication (per message of a batch).
-pub mod audit;
 /// JSON-RPC batches: a rate-limit token and an audit record per message.
 pub mod batch;
 /// Method table and the context methods apply against.

@@ -6,22 +6,36 @@
 //! differ. Other routes refuse the same fields with 400 ([`crate::http::limits::refuse_head`]).
 
 use axum::http::uri::Authority;
-use axum::http::{HeaderMap, Uri, header};
+use axum::http::{HeaderMap, HeaderName, Uri, header};
 
 use super::error::McpError;
 use crate::config::McpConfig;
 
+/// Why a `Host` or `Origin` is refused whatever the allow-lists say; `Display` is the detail the refusal
+/// gives.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderFieldError {
+    #[error("the {0} header field is given more than once")]
+    Repeated(HeaderName),
+    #[error("the {0} header field is not visible ASCII")]
+    NotVisibleAscii(HeaderName),
+    #[error("Host {0:?} is not a host name or address with an optional port")]
+    NotAHost(String),
+    #[error("Origin {0:?} is not a serialized origin")]
+    NotAnOrigin(String),
+}
+
 /// Checks `Host` (or the URI authority for HTTP/2) and `Origin`. A request without a `Host` passes: a
 /// browser, the only client a rebinding attack can drive, always sends one.
 pub fn check(headers: &HeaderMap, uri: &Uri, config: &McpConfig) -> Result<(), McpError> {
-    let host = single_host(headers).map_err(McpError::OriginNotAllowed)?;
+    let host = single_host(headers).map_err(|error| McpError::OriginNotAllowed(error.to_string()))?;
     let host = host.or_else(|| uri.authority().map(Authority::as_str));
     if let Some(host) = host
         && !is_allowed_host(host, &config.allowed_hosts)
     {
         return Err(McpError::OriginNotAllowed(format!("Host {host:?} is not allowed")));
     }
-    if let Some(origin) = single_origin(headers).map_err(McpError::OriginNotAllowed)?
+    if let Some(origin) = single_origin(headers).map_err(|error| McpError::OriginNotAllowed(error.to_string()))?
         && !is_allowed_origin(origin, &config.allowed_origins)
     {
         return Err(McpError::OriginNotAllowed(format!("Origin {origin:?} is not allowed")));
@@ -31,18 +45,14 @@ pub fn check(headers: &HeaderMap, uri: &Uri, config: &McpConfig) -> Result<(), M
 
 /// The request's `Host`, if it has one; an error (saying why) when it has several, or one that is not
 /// `host[:port]` (RFC 9110 §7.2: no user information, no path, a numeric port).
-pub fn single_host(headers: &HeaderMap) -> Result<Option<&str>, String> {
+pub fn single_host(headers: &HeaderMap) -> Result<Option<&str>, HeaderFieldError> {
     let Some(host) = single(headers, header::HOST)? else { return Ok(None) };
-    if is_authority(host) {
-        Ok(Some(host))
-    } else {
-        Err(format!("Host {host:?} is not a host name or address with an optional port"))
-    }
+    if is_authority(host) { Ok(Some(host)) } else { Err(HeaderFieldError::NotAHost(host.to_owned())) }
 }
 
 /// The request's `Origin`, if it has one; an error (saying why) when it has several, or one that is neither
 /// `null` nor `scheme://host[:port]` (RFC 6454 §7).
-pub fn single_origin(headers: &HeaderMap) -> Result<Option<&str>, String> {
+pub fn single_origin(headers: &HeaderMap) -> Result<Option<&str>, HeaderFieldError> {
     let Some(origin) = single(headers, header::ORIGIN)? else { return Ok(None) };
     let is_origin = origin == "null"
         || origin.split_once("://").is_some_and(|(scheme, authority)| {
@@ -50,18 +60,18 @@ pub fn single_origin(headers: &HeaderMap) -> Result<Option<&str>, String> {
                 && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
                 && is_authority(authority)
         });
-    if is_origin { Ok(Some(origin)) } else { Err(format!("Origin {origin:?} is not a serialized origin")) }
+    if is_origin { Ok(Some(origin)) } else { Err(HeaderFieldError::NotAnOrigin(origin.to_owned())) }
 }
 
 /// The one value of the field `name`, if present; an error when it is given more than once or is not
 /// visible ASCII.
-fn single(headers: &HeaderMap, name: header::HeaderName) -> Result<Option<&str>, String> {
+fn single(headers: &HeaderMap, name: HeaderName) -> Result<Option<&str>, HeaderFieldError> {
     let mut values = headers.get_all(&name).iter();
     let Some(value) = values.next() else { return Ok(None) };
     if values.next().is_some() {
-        return Err(format!("the {name} header field is given more than once"));
+        return Err(HeaderFieldError::Repeated(name));
     }
-    value.to_str().map(Some).map_err(|_| format!("the {name} header field is not visible ASCII"))
+    value.to_str().map(Some).map_err(|_| HeaderFieldError::NotVisibleAscii(name))
 }
 
 /// `host[:port]`: an authority without user information, with a port of at most 5 digits if any.

@@ -24,7 +24,6 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tracing::Instrument as _;
 
-use super::audit::{ErrorCode, Trail};
 use super::dispatch::{self, Context, Method};
 use super::era::{self, Era};
 use super::error::McpError;
@@ -34,6 +33,7 @@ use super::origin;
 use super::span;
 use super::stream::sse;
 use super::types::header as header_name;
+use crate::audit::request::{ErrorCode, Trail};
 use crate::domain::model::{Agent, KeyRecord};
 use crate::domain::session::Session;
 use crate::domain::{AgentId, Scope};
@@ -44,7 +44,7 @@ use crate::oauth::{self, AuthError, Authenticated, Presented};
 use crate::state::AppState;
 
 /// A request that passed the gate: the agent it is for, and the key it came with (never logged).
-pub(super) struct Admitted {
+pub(crate) struct Admitted {
     pub agent: Arc<Agent>,
     pub key: Arc<KeyRecord>,
     /// Where the rate-limit fields of the answer are left (a costly method's refusal replaces them).
@@ -88,7 +88,7 @@ impl From<McpError> for Refusal {
 
 /// Every request to `/{agent_id}/mcp`: CORS ([`crate::http::cors`]: a preflight is answered here) around the
 /// failed-authentication guard and the `RateLimit*` fields ([`crate::guard::mcp_gate`]) around the audit
-/// ([`super::audit::record`]) around the gate ([`admit`]) and the method's handler: [`post`],
+/// ([`crate::audit::request::record`]) around the gate ([`admit`]) and the method's handler: [`post`],
 /// [`super::stream::standalone::get`] (`HEAD` too) and [`super::stream::standalone::delete`]; any other
 /// method is 405.
 pub async fn endpoint(State(state): State<AppState>, request: Request) -> Response {
@@ -97,7 +97,7 @@ pub async fn endpoint(State(state): State<AppState>, request: Request) -> Respon
         return preflight;
     }
     let response = crate::guard::mcp_gate(&state, request, |request| {
-        super::audit::record(&state, request, |request| async {
+        crate::audit::request::record(&state, request, |request| async {
             let (mut parts, body) = request.into_parts();
             // What a refusal at the gate is audited as (a POST's method is only known from its body).
             let audited_as = match parts.method {

@@ -44,6 +44,27 @@ pub enum JwksError {
     Unavailable(String),
 }
 
+/// Why the issuer's JWKS could not be fetched; `Display` is the reason logged and given in
+/// [`JwksError::Unavailable`].
+#[derive(Debug, thiserror::Error)]
+enum FetchError {
+    /// The request failed (its URL left out: it is named where it matters).
+    #[error("{0}")]
+    Request(reqwest::Error),
+    #[error("HTTP {0}")]
+    Status(reqwest::StatusCode),
+    #[error("larger than {0} bytes (oauth.jwks_max_bytes)")]
+    TooLarge(u64),
+    /// A metadata document that is not JSON.
+    #[error("{0}")]
+    Metadata(serde_json::Error),
+    #[error("the JWKS is not valid: {0}")]
+    InvalidSet(serde_json::Error),
+    /// No metadata document named a JWKS: each URL tried, and why it did not.
+    #[error("{}", .0.join("; "))]
+    Undiscovered(Vec<String>),
+}
+
 /// The issuer's JWKS, cached.
 pub struct Jwks {
     issuer: String,
@@ -118,7 +139,7 @@ impl Jwks {
                 match (found, set.fetched_at) {
                     (Some(found), _) => Ok(found),
                     (None, Some(_)) => Err(JwksError::UnknownKey),
-                    (None, None) => Err(JwksError::Unavailable(error)),
+                    (None, None) => Err(JwksError::Unavailable(error.to_string())),
                 }
             }
         }
@@ -132,10 +153,10 @@ impl Jwks {
     }
 
     /// Fetches and parses the set.
-    async fn fetch(&self) -> Result<KeySet, String> {
+    async fn fetch(&self) -> Result<KeySet, FetchError> {
         let url = self.jwks_url().await?;
         let body = self.get(&url).await?;
-        let set: JwkSet = serde_json::from_slice(&body).map_err(|error| format!("the JWKS is not valid: {error}"))?;
+        let set: JwkSet = serde_json::from_slice(&body).map_err(FetchError::InvalidSet)?;
         let mut keys = KeySet { fetched_at: Some(Instant::now()), ..KeySet::default() };
         for jwk in &set.keys {
             if matches!(jwk.common.public_key_use, Some(PublicKeyUse::Encryption)) {
@@ -160,7 +181,7 @@ impl Jwks {
 
     /// `oauth.jwks_url`, else the `jwks_uri` of the issuer's metadata (RFC 8414, then OpenID Connect
     /// discovery), whose `issuer` must be the configured one (RFC 8414 §3.3).
-    async fn jwks_url(&self) -> Result<String, String> {
+    async fn jwks_url(&self) -> Result<String, FetchError> {
         if let Some(url) = &self.configured_url {
             return Ok(url.clone());
         }
@@ -169,16 +190,17 @@ impl Jwks {
         }
         let mut problems = Vec::new();
         for url in discovery_urls(&self.issuer) {
-            let metadata =
-                match self.get(&url).await.and_then(|body| {
-                    serde_json::from_slice::<serde_json::Value>(&body).map_err(|error| error.to_string())
-                }) {
-                    Ok(metadata) => metadata,
-                    Err(error) => {
-                        problems.push(format!("{url}: {error}"));
-                        continue;
-                    }
-                };
+            let metadata = match self
+                .get(&url)
+                .await
+                .and_then(|body| serde_json::from_slice::<serde_json::Value>(&body).map_err(FetchError::Metadata))
+            {
+                Ok(metadata) => metadata,
+                Err(error) => {
+                    problems.push(format!("{url}: {error}"));
+                    continue;
+                }
+            };
             if metadata["issuer"].as_str() != Some(self.issuer.as_str()) {
                 problems.push(format!("{url}: its issuer is not {}", self.issuer));
                 continue;
@@ -191,22 +213,23 @@ impl Jwks {
                 _ => problems.push(format!("{url}: no jwks_uri")),
             }
         }
-        Err(problems.join("; "))
+        Err(FetchError::Undiscovered(problems))
     }
 
     /// The body of `GET url`, at most `max_bytes`, within the client's timeout.
-    async fn get(&self, url: &str) -> Result<Vec<u8>, String> {
-        let mut response = self.client.get(url).send().await.map_err(|error| error.without_url().to_string())?;
+    async fn get(&self, url: &str) -> Result<Vec<u8>, FetchError> {
+        let mut response =
+            self.client.get(url).send().await.map_err(|error| FetchError::Request(error.without_url()))?;
         if !response.status().is_success() {
-            return Err(format!("HTTP {}", response.status()));
+            return Err(FetchError::Status(response.status()));
         }
         if response.content_length().is_some_and(|length| length > self.max_bytes) {
-            return Err(format!("larger than {} bytes (oauth.jwks_max_bytes)", self.max_bytes));
+            return Err(FetchError::TooLarge(self.max_bytes));
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|error| error.without_url().to_string())? {
+        while let Some(chunk) = response.chunk().await.map_err(|error| FetchError::Request(error.without_url()))? {
             if (body.len() + chunk.len()) as u64 > self.max_bytes {
-                return Err(format!("larger than {} bytes (oauth.jwks_max_bytes)", self.max_bytes));
+                return Err(FetchError::TooLarge(self.max_bytes));
             }
             body.extend_from_slice(&chunk);
         }

@@ -198,7 +198,7 @@ async fn many_agents_in_one_batch_verify_one_by_one(backend: Backend) {
         clients.push((agent, key));
     }
     // "agent-00" and the agent whose records are damaged below are in different buckets.
-    let bucket = hivegate::domain::audit_stream::bucket_of;
+    let bucket = hivegate::audit::stream::bucket_of;
     let damaged = clients
         .iter()
         .map(|(agent, _)| agent.clone())

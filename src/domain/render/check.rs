@@ -9,6 +9,7 @@ use minijinja::machinery::ast::{BinOpKind, CallArg, CallType, Expr, Stmt};
 use minijinja::machinery::{Token, WhitespaceConfig, parse, tokenize};
 use minijinja::syntax::SyntaxConfig;
 
+use super::TemplateError;
 use super::filters::{FILTERS, FUNCTIONS, TESTS};
 
 /// Variable references (and calls of `range()`) a template may hold in all, so `a ~ a ~ …` cannot multiply
@@ -28,7 +29,7 @@ pub const MAX_EXPRESSION_DEPTH: usize = 64;
 
 /// Parses `source` and refuses whatever lies outside the allowed subset; the error names the construct and
 /// its line, e.g. "`{% set %}` is not allowed (line 3)".
-pub fn check(source: &str) -> Result<(), String> {
+pub fn check(source: &str) -> Result<(), TemplateError> {
     let mut tag: Option<(usize, u16)> = None;
     for token in tokenize(source, false, SyntaxConfig, WhitespaceConfig::default()) {
         let (token, span) = token.map_err(|error| super::describe(&error))?;
@@ -49,8 +50,8 @@ pub fn check(source: &str) -> Result<(), String> {
     Checker::default().stmt(&tree)
 }
 
-fn refuse(construct: &str, line: u16) -> String {
-    format!("{construct} is not allowed (line {line})")
+fn refuse(construct: &str, line: u16) -> TemplateError {
+    TemplateError::Refused { construct: construct.to_owned(), line }
 }
 
 /// Filter and test names are looked up without whitespace, as MiniJinja does.
@@ -67,11 +68,11 @@ struct Checker {
 }
 
 impl Checker {
-    fn body(&mut self, stmts: &[Stmt<'_>]) -> Result<(), String> {
+    fn body(&mut self, stmts: &[Stmt<'_>]) -> Result<(), TemplateError> {
         stmts.iter().try_for_each(|stmt| self.stmt(stmt))
     }
 
-    fn stmt(&mut self, stmt: &Stmt<'_>) -> Result<(), String> {
+    fn stmt(&mut self, stmt: &Stmt<'_>) -> Result<(), TemplateError> {
         match stmt {
             Stmt::Template(template) => self.body(&template.children),
             Stmt::EmitExpr(emit) => self.top(&emit.expr),
@@ -115,12 +116,12 @@ impl Checker {
     }
 
     /// A whole expression: an output, a condition, a loop's iterable or its `if` filter.
-    fn top(&mut self, expr: &Expr<'_>) -> Result<(), String> {
+    fn top(&mut self, expr: &Expr<'_>) -> Result<(), TemplateError> {
         self.in_expression = 0;
         self.expr(expr)
     }
 
-    fn reference(&mut self, line: u16) -> Result<(), String> {
+    fn reference(&mut self, line: u16) -> Result<(), TemplateError> {
         self.references += 1;
         self.in_expression += 1;
         if self.references > MAX_VARIABLE_REFERENCES {
@@ -138,7 +139,7 @@ impl Checker {
         Ok(())
     }
 
-    fn expr(&mut self, expr: &Expr<'_>) -> Result<(), String> {
+    fn expr(&mut self, expr: &Expr<'_>) -> Result<(), TemplateError> {
         if self.depth >= MAX_EXPRESSION_DEPTH {
             return Err(refuse(
                 &format!("an expression nested more than {MAX_EXPRESSION_DEPTH} deep"),
@@ -151,7 +152,7 @@ impl Checker {
         checked
     }
 
-    fn node(&mut self, expr: &Expr<'_>) -> Result<(), String> {
+    fn node(&mut self, expr: &Expr<'_>) -> Result<(), TemplateError> {
         let line = expr.span().start_line;
         match expr {
             Expr::Var(_) => self.reference(line),
@@ -226,7 +227,7 @@ impl Checker {
     /// An item of a list or map literal: a constant, a variable, an attribute or item of one, or a nested
     /// literal. Anything that builds a new value (an operator, a filter, a call, a slice) could be bound to
     /// a loop variable and grow from one nested loop to the next.
-    fn literal_item(&mut self, item: &Expr<'_>) -> Result<(), String> {
+    fn literal_item(&mut self, item: &Expr<'_>) -> Result<(), TemplateError> {
         let mut base = item;
         loop {
             match base {
@@ -247,7 +248,7 @@ impl Checker {
         }
     }
 
-    fn arguments(&mut self, args: &[CallArg<'_>], line: u16) -> Result<(), String> {
+    fn arguments(&mut self, args: &[CallArg<'_>], line: u16) -> Result<(), TemplateError> {
         args.iter().try_for_each(|arg| match arg {
             CallArg::Pos(expr) | CallArg::Kwarg(_, expr) => self.expr(expr),
             CallArg::PosSplat(_) | CallArg::KwargSplat(_) => Err(refuse("argument unpacking with `*` or `**`", line)),
@@ -262,7 +263,7 @@ impl Checker {
         allowed: &[&str],
         args: &[CallArg<'_>],
         line: u16,
-    ) -> Result<(), String> {
+    ) -> Result<(), TemplateError> {
         let Some(first) = args.first() else { return Ok(()) };
         let CallArg::Pos(expr) = first else { return Ok(()) };
         let Expr::Const(constant) = expr else {

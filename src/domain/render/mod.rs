@@ -36,6 +36,20 @@ pub use self::budget::Budget;
 pub use self::check::{MAX_EXPRESSION_REFERENCES, MAX_LOOP_DEPTH, MAX_VARIABLE_REFERENCES};
 pub use self::filters::{FILTERS, FUNCTIONS, MAX_RANGE, TESTS};
 
+/// Why a template is refused when stored, or failed to render; `Display` is the message the caller sees.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    /// A construct outside the allowed subset, e.g. "`{% set %}` is not allowed (line 3)".
+    #[error("{construct} is not allowed (line {line})")]
+    Refused { construct: String, line: u16 },
+    /// MiniJinja's error: its kind, detail and line, e.g. `syntax error: unexpected end of input (line 1)`.
+    #[error("{0}")]
+    Engine(String),
+    /// The render's budget refused a result, at the line MiniJinja was rendering when it knows it.
+    #[error("{refusal}{}", line.map(|line| format!(" (line {line})")).unwrap_or_default())]
+    Exceeded { refusal: String, line: Option<usize> },
+}
+
 /// Instructions one render may execute; enough for any reasonable prompt, not for a runaway loop.
 pub const FUEL: u64 = 100_000;
 /// Instructions a *quick* render ([`Budget::quick`]) may execute: a few microseconds, little enough to
@@ -68,7 +82,7 @@ fn build_environment(fuel: u64) -> Environment<'static> {
 
 /// Whether `source` compiles and stays within the allowed subset; the error is MiniJinja's message or the
 /// refused construct, with the line, for a 422.
-pub fn compile_check(source: &str) -> Result<(), String> {
+pub fn compile_check(source: &str) -> Result<(), TemplateError> {
     // The rules first: compiling folds constant expressions, which a refused operator could make huge.
     check::check(source)?;
     ENVIRONMENT.template_from_str(source).map(drop).map_err(|error| describe(&error))
@@ -77,7 +91,7 @@ pub fn compile_check(source: &str) -> Result<(), String> {
 /// The variables `source` reads that it does not bind itself (loop variables are bound), without the
 /// functions every template may call: what its arguments must provide. `source` must pass
 /// [`compile_check`].
-pub fn free_variables(source: &str) -> Result<std::collections::BTreeSet<String>, String> {
+pub fn free_variables(source: &str) -> Result<std::collections::BTreeSet<String>, TemplateError> {
     let template = ENVIRONMENT.template_from_str(source).map_err(|error| describe(&error))?;
     let mut variables: std::collections::BTreeSet<String> = template.undeclared_variables(false).into_iter().collect();
     for function in FUNCTIONS {
@@ -87,7 +101,7 @@ pub fn free_variables(source: &str) -> Result<std::collections::BTreeSet<String>
 }
 
 /// Renders `source` alone, with a [`Budget`] of its own ([`BUDGET_BYTES`]).
-pub fn render(source: &str, args: &BTreeMap<String, String>) -> Result<String, String> {
+pub fn render(source: &str, args: &BTreeMap<String, String>) -> Result<String, TemplateError> {
     render_with_budget(source, args, &mut Budget::default())
 }
 
@@ -98,7 +112,7 @@ pub fn render_with_budget(
     source: &str,
     args: &BTreeMap<String, String>,
     budget: &mut Budget,
-) -> Result<String, String> {
+) -> Result<String, TemplateError> {
     check::check(source)?;
     let environment = if budget.is_quick() { &QUICK_ENVIRONMENT } else { &ENVIRONMENT };
     let template = environment.template_from_str(source).map_err(|error| describe(&error))?;
@@ -141,7 +155,12 @@ impl Compiled {
     }
 
     /// Renders `source` as [`render_with_budget`] does, from its compiled template when there is one.
-    pub fn render(&self, source: &str, args: &BTreeMap<String, String>, budget: &mut Budget) -> Result<String, String> {
+    pub fn render(
+        &self,
+        source: &str,
+        args: &BTreeMap<String, String>,
+        budget: &mut Budget,
+    ) -> Result<String, TemplateError> {
         if let Some(plain) = self.plain.get(source)
             && let Some(rendered) = plain.render(args, budget)
         {
@@ -232,7 +251,7 @@ fn render_template(
     template: &minijinja::Template<'_, '_>,
     args: &BTreeMap<String, String>,
     budget: &mut Budget,
-) -> Result<String, String> {
+) -> Result<String, TemplateError> {
     let mut output = MeteredWriter { buffer: Vec::new() };
     let scope = budget::Scope::enter(budget);
     let rendered = template.render_captured_to(args, &mut output);
@@ -246,10 +265,7 @@ fn render_template(
             budget.spend();
         }
         return Err(match exceeded {
-            Some(refusal) => match error.line() {
-                Some(line) => format!("{refusal} (line {line})"),
-                None => refusal,
-            },
+            Some(refusal) => TemplateError::Exceeded { refusal, line: error.line() },
             None => describe(&error),
         });
     }
@@ -259,7 +275,7 @@ fn render_template(
 }
 
 /// The error's kind, detail and line, e.g. `syntax error: unexpected end of input (line 1)`.
-fn describe(error: &minijinja::Error) -> String {
+fn describe(error: &minijinja::Error) -> TemplateError {
     let mut text = error.kind().to_string();
     if let Some(detail) = error.detail() {
         text.push_str(": ");
@@ -268,7 +284,7 @@ fn describe(error: &minijinja::Error) -> String {
     if let Some(line) = error.line() {
         text.push_str(&format!(" (line {line})"));
     }
-    text
+    TemplateError::Engine(text)
 }
 
 /// Collects output, charging every byte to the budget of the running render.

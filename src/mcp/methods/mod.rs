@@ -148,14 +148,15 @@ pub(crate) fn params<T: DeserializeOwned>(params: Option<&Value>) -> Result<T, M
 /// renders again with a full budget on the blocking pool, in the agent's turn ([`crate::mcp::render_gate`]):
 /// what a render gives and the budget it charged. `what` names the render in the log should the blocking
 /// task not complete.
-pub(crate) async fn render_bounded<T, F>(
+pub(crate) async fn render_bounded<T, E, F>(
     ctx: &Context<'_>,
     what: &str,
     render: F,
-) -> Result<(Result<T, String>, Budget), McpError>
+) -> Result<(Result<T, E>, Budget), McpError>
 where
     T: Send + 'static,
-    F: Fn(&mut Budget) -> Result<T, String> + Send + 'static,
+    E: Send + 'static,
+    F: Fn(&mut Budget) -> Result<T, E> + Send + 'static,
 {
     let mut quick = Budget::quick();
     match render(&mut quick) {

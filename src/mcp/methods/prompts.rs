@@ -188,12 +188,10 @@ impl McpMethod for GetPrompt {
             render_messages(&stored.prompt.messages, &stored.compiled, &arguments, budget)
         })
         .await?;
-        let rendered =
-            rendered.map_err(
-                |message| {
-                    if budget.is_spent() { over_limit(message) } else { McpError::InvalidParams(message) }
-                },
-            )?;
+        let rendered = rendered.map_err(|error| {
+            let message = error.to_string();
+            if budget.is_spent() { over_limit(message) } else { McpError::InvalidParams(message) }
+        })?;
         let mut messages = Vec::with_capacity(rendered.len());
         for message in rendered {
             let content: ContentBlock = serde_json::from_value(message.content).map_err(|error| {

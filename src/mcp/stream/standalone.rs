@@ -21,7 +21,7 @@ use super::hub::StreamKind;
 use super::sse::{self, EventId, Interest};
 use crate::domain::session::Session;
 use crate::events::BusMessage;
-use crate::mcp::audit::Trail;
+use crate::audit::request::Trail;
 use crate::mcp::error::McpError;
 use crate::mcp::headers::{accepts_event_stream, mirrored};
 use crate::mcp::transport::Admitted;

@@ -4,10 +4,10 @@
 
 use std::net::IpAddr;
 
+use crate::audit::request::cut;
 use crate::domain::AgentId;
 use crate::domain::model::{AuditRecord, AuditText, KeyRecord};
 use crate::domain::time::Timestamp;
-use crate::mcp::audit::cut;
 use crate::state::AppState;
 
 /// One event of the authorization server.

@@ -24,7 +24,7 @@ use super::audit::{self, Event};
 use super::client::ClientInfo;
 use super::metadata_document::DocumentFetcher;
 use super::page::{self, Form};
-use super::params::Params;
+use super::params::{Params, Submission};
 use super::{BuiltinServer, CODE_PREFIX, SCOPE};
 use crate::domain::AgentId;
 use crate::domain::key::{Scope, random_token};
@@ -93,12 +93,7 @@ pub async fn show(
 }
 
 /// `POST /oauth/authorize`: the user's decision.
-pub async fn decide(
-    State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    body: axum::body::Body,
-) -> Response {
+pub async fn decide(Submission { state, peer, headers, body }: Submission) -> Response {
     let Some(server) = state.oauth_server.clone() else { return page::error(StatusCode::NOT_FOUND, "off") };
     // The decision must come from the consent page itself: another site's page could otherwise submit a
     // form token it fetched, and send the user's browser to the client's redirect URI (browsers say where
@@ -295,7 +290,7 @@ async fn check(server: &BuiltinServer, params: &Params, client_ip: IpAddr) -> Re
             format!("resource {resource:?} is not an agent's MCP URL ({}/{{agent_id}}/mcp)", server.issuer),
         ));
     };
-    let scope = requested_scope(params.get("scope")).map_err(|description| refuse("invalid_scope", description))?;
+    let scope = requested_scope(params.get("scope")).map_err(|error| refuse("invalid_scope", error.to_string()))?;
     Ok(Request {
         client,
         redirect_uri: redirect_uri.clone(),
@@ -307,12 +302,17 @@ async fn check(server: &BuiltinServer, params: &Params, client_ip: IpAddr) -> Re
     })
 }
 
+/// A scope other than `mcp` and `offline_access` was asked for; `Display` is the refusal's description.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("scope {0:?} is not supported: only {SCOPE}", SCOPE = SCOPE)]
+pub struct UnsupportedScope(String);
+
 /// The scope a request is granted: `mcp`, whatever subset of `mcp` and `offline_access` (refresh tokens
 /// are always issued) was asked for; any other scope is refused.
-pub fn requested_scope(scope: Option<&str>) -> Result<String, String> {
+pub fn requested_scope(scope: Option<&str>) -> Result<String, UnsupportedScope> {
     for part in scope.unwrap_or(SCOPE).split(' ').filter(|part| !part.is_empty()) {
         if part != SCOPE && part != "offline_access" {
-            return Err(format!("scope {part:?} is not supported: only {SCOPE}"));
+            return Err(UnsupportedScope(part.to_owned()));
         }
     }
     Ok(SCOPE.to_owned())

@@ -2,9 +2,8 @@
 //! identified by the URL of their metadata document (fetched, [`super::metadata_document`]). Both are public
 //! clients (no secret; PKCE proves the code's owner), described by the same checked [`ClientInfo`].
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
-use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -12,6 +11,7 @@ use serde_json::json;
 
 use super::config::BuiltinConfig;
 use super::error::{OAuthError, no_store};
+use super::params::Submission;
 use crate::domain::key::random_token;
 use crate::domain::time::Timestamp;
 use crate::state::AppState;
@@ -145,12 +145,7 @@ impl From<StoredClient> for ClientInfo {
 /// `POST /oauth/register` (RFC 7591): registers a public client. Bounded: the body's size, the redirect URIs'
 /// number and length, the name's length, registrations per client address and minute, and the number of
 /// registered clients (unused ones are pruned to make room).
-pub async fn register(
-    State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    body: axum::body::Body,
-) -> Response {
+pub async fn register(Submission { state, peer, headers, body }: Submission) -> Response {
     match register_client(&state, peer.ip(), &headers, body).await {
         Ok(response) => response,
         Err(error) => error.into_response(),

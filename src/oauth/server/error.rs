@@ -15,47 +15,33 @@ pub struct OAuthError {
     pub retry_after: Option<u64>,
 }
 
+/// One constructor per error a client can cause: its name, its status and its OAuth error code.
+macro_rules! constructors {
+    ($($(#[$doc:meta])* $name:ident => $status:ident, $code:literal;)+) => {$(
+        $(#[$doc])*
+        pub fn $name(description: impl Into<String>) -> Self {
+            Self::new(StatusCode::$status, $code, description)
+        }
+    )+};
+}
+
 impl OAuthError {
     fn new(status: StatusCode, code: &'static str, description: impl Into<String>) -> Self {
         Self { status, code, description: description.into(), retry_after: None }
     }
 
-    pub fn invalid_request(description: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_request", description)
-    }
-
-    pub fn invalid_grant(description: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_grant", description)
-    }
-
-    pub fn invalid_client(description: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "invalid_client", description)
-    }
-
-    pub fn invalid_scope(description: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_scope", description)
-    }
-
-    pub fn invalid_target(description: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_target", description)
-    }
-
-    pub fn unsupported_grant_type(description: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "unsupported_grant_type", description)
-    }
-
-    /// RFC 7591 §3.2.2.
-    pub fn invalid_redirect_uri(description: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_redirect_uri", description)
-    }
-
-    /// RFC 7591 §3.2.2.
-    pub fn invalid_client_metadata(description: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_client_metadata", description)
-    }
-
-    pub fn too_large(description: impl Into<String>) -> Self {
-        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request", description)
+    constructors! {
+        invalid_request => BAD_REQUEST, "invalid_request";
+        invalid_grant => BAD_REQUEST, "invalid_grant";
+        invalid_client => UNAUTHORIZED, "invalid_client";
+        invalid_scope => BAD_REQUEST, "invalid_scope";
+        invalid_target => BAD_REQUEST, "invalid_target";
+        unsupported_grant_type => BAD_REQUEST, "unsupported_grant_type";
+        /// RFC 7591 §3.2.2.
+        invalid_redirect_uri => BAD_REQUEST, "invalid_redirect_uri";
+        /// RFC 7591 §3.2.2.
+        invalid_client_metadata => BAD_REQUEST, "invalid_client_metadata";
+        too_large => PAYLOAD_TOO_LARGE, "invalid_request";
     }
 
     pub fn too_many(description: impl Into<String>, retry_after: u64) -> Self {

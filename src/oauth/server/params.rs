@@ -1,10 +1,14 @@
 //! Form and query parameters of the OAuth endpoints: each name at most once (RFC 6749 §3.1, §3.2), bounded in
 //! number and size, read from the raw bytes so that malformed input always gets an OAuth error.
 
+use std::net::SocketAddr;
+
 use axum::body::Body;
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request};
 use axum::http::{HeaderMap, header};
 
 use super::error::OAuthError;
+use crate::state::AppState;
 
 /// Bytes of a form body the endpoints read.
 pub const MAX_FORM_BYTES: usize = 16 * 1024;
@@ -12,6 +16,25 @@ pub const MAX_FORM_BYTES: usize = 16 * 1024;
 const MAX_PARAMS: usize = 32;
 /// Bytes of one parameter's value.
 pub const MAX_VALUE_BYTES: usize = 4096;
+
+/// What a form endpoint (the consent page's decision, the token and registration endpoints) is given: the
+/// application, the peer's address, the head, and the body, which the endpoint reads within its own limits.
+pub struct Submission {
+    pub state: AppState,
+    pub peer: SocketAddr,
+    pub headers: HeaderMap,
+    pub body: Body,
+}
+
+impl FromRequest<AppState> for Submission {
+    type Rejection = <ConnectInfo<SocketAddr> as FromRequestParts<AppState>>::Rejection;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = request.into_parts();
+        let ConnectInfo(peer) = ConnectInfo::<SocketAddr>::from_request_parts(&mut parts, state).await?;
+        Ok(Self { state: state.clone(), peer, headers: parts.headers, body })
+    }
+}
 
 /// Parameters by name, each present at most once.
 #[derive(Debug, Default, Clone)]

@@ -7,9 +7,7 @@
 //! Either way the key the grant is bound to must still be usable. Answers are never cached; errors are
 //! RFC 6749 JSON.
 
-use std::net::SocketAddr;
-
-use axum::extract::{ConnectInfo, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
@@ -18,7 +16,7 @@ use sha2::{Digest, Sha256};
 
 use super::audit::{self, Event};
 use super::error::{OAuthError, no_store};
-use super::params::Params;
+use super::params::{Params, Submission};
 use super::{ACCESS_TOKEN_PREFIX, BuiltinServer, REFRESH_TOKEN_PREFIX};
 use crate::domain::key::random_token;
 use crate::domain::model::KeyRecord;
@@ -31,12 +29,7 @@ pub const PATH: &str = "/oauth/token";
 pub const REVOKE_PATH: &str = "/oauth/revoke";
 
 /// `POST /oauth/token`.
-pub async fn handler(
-    State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    body: axum::body::Body,
-) -> Response {
+pub async fn handler(Submission { state, peer, headers, body }: Submission) -> Response {
     let Some(server) = state.oauth_server.clone() else {
         return OAuthError::invalid_request("the built-in authorization server is off").into_response();
     };
@@ -173,7 +166,7 @@ impl Context<'_> {
             return Err(OAuthError::invalid_target("resource differs from the grant's"));
         }
         let scopes = super::authorize::requested_scope(params.get("scope").or(Some(&token.scopes)))
-            .map_err(OAuthError::invalid_scope)?;
+            .map_err(|error| OAuthError::invalid_scope(error.to_string()))?;
         let key = self.usable_key(&token.key_id, &token.agent_id).await.inspect_err(|error| {
             if error.code == "invalid_grant" {
                 self.audit(&token.agent_id, None, "oauth/refresh", &token.client_id, "key_refused");

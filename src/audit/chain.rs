@@ -9,7 +9,7 @@
 
 use sha2::{Digest, Sha256};
 
-use super::model::AuditRecord;
+use crate::domain::model::AuditRecord;
 
 /// The hash before the first record of a chain.
 pub const GENESIS: &str = "";
@@ -223,18 +223,9 @@ mod tests {
     use crate::domain::time::Timestamp;
 
     fn record(id: &str) -> AuditRecord {
-        AuditRecord {
-            id: id.into(),
-            agent_id: "bot".into(),
-            occurred_at: Timestamp::from_micros(1_700_000_000_000_000),
-            kind: "mcp".into(),
-            actor: "key:k1".into(),
-            action: "resources/read".into(),
-            target: "test://a".into(),
-            method: Some("resources/read".into()),
-            outcome: Some("ok".into()),
-            ..AuditRecord::default()
-        }
+        let record = crate::audit::read_record(id, "bot", Timestamp::from_micros(1_700_000_000_000_000), "test://a");
+        let (method, outcome) = (Some("resources/read".into()), Some("ok".into()));
+        AuditRecord { actor: "key:k1".into(), method, outcome, ..record }
     }
 
     /// Chains `records` the way the store does; returns the head.

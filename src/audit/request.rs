@@ -5,7 +5,7 @@
 //! (and every JSON-RPC error attaches its [`ErrorCode`]); a batch's trail holds an [`Item`] per message, with
 //! the message's own method, target, outcome, time, latency and bytes. [`record`], run around every handler
 //! of the endpoint, knows the rest (time, latency, client address, user agent, request and trace ids, bytes
-//! sent) and hands the finished records to the batching writer ([`crate::audit`]).
+//! sent) and hands the finished records to the batching writer ([`super::writer`]).
 //!
 //! Refusals after the key and the agent are known are recorded too: a key of another agent (403, in the
 //! path's agent's log, the key's own agent named in `target` as `agent:<id>`), a key without scope `mcp`
@@ -21,14 +21,15 @@ use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse as _, Response};
 use serde_json::Value;
 
-use super::dispatch::Method;
-use super::jsonrpc::Call;
-use super::transport::Admitted;
-use super::types::header as mcp_header;
 use crate::domain::model::{Agent, AuditRecord, AuditText, KeyRecord};
 use crate::domain::session::SessionToken;
 use crate::domain::time::Timestamp;
 use crate::http::REQUEST_ID;
+use crate::mcp::dispatch::Method;
+use crate::mcp::error::McpError;
+use crate::mcp::jsonrpc::Call;
+use crate::mcp::transport::Admitted;
+use crate::mcp::types::header as mcp_header;
 use crate::metrics::{McpLabels, McpMethodLabels};
 use crate::state::AppState;
 use crate::telemetry::TraceParent;
@@ -50,7 +51,7 @@ pub struct Trail {
     era: &'static str,
     /// The method as a bounded metric label.
     metric_method: &'static str,
-    /// The trace of the message's `_meta` ([`super::span`]), which wins over the `traceparent` header.
+    /// The trace of the message's `_meta` ([`crate::mcp::span`]), which wins over the `traceparent` header.
     trace_id: Option<String>,
     /// A batch's messages, a record each; empty for anything else (one record for the request).
     items: Vec<Item>,
@@ -58,12 +59,12 @@ pub struct Trail {
 
 impl Trail {
     /// A trail for a request of `admitted` to `method` on `target`.
-    pub(super) fn new(admitted: &Admitted, headers: &HeaderMap, method: &str, target: &str) -> Self {
+    pub(crate) fn new(admitted: &Admitted, headers: &HeaderMap, method: &str, target: &str) -> Self {
         Self::of(&admitted.agent, &admitted.key, headers, method, target)
     }
 
     /// A trail for a request of `key` to `agent`'s endpoint (the key may belong to another agent: a refusal).
-    pub(super) fn of(agent: &Agent, key: &KeyRecord, headers: &HeaderMap, method: &str, target: &str) -> Self {
+    pub(crate) fn of(agent: &Agent, key: &KeyRecord, headers: &HeaderMap, method: &str, target: &str) -> Self {
         let session = headers
             .get(mcp_header::SESSION_ID)
             .and_then(|value| value.to_str().ok())
@@ -89,13 +90,13 @@ impl Trail {
     }
 
     /// The records of a batch: one for each of `items`, instead of one for the request.
-    pub(super) fn with_items(mut self, items: Vec<Item>) -> Self {
+    pub(crate) fn with_items(mut self, items: Vec<Item>) -> Self {
         self.items = items;
         self
     }
 
     /// Records the trace of the message's `_meta`, when it carries one.
-    pub(super) fn traced(mut self, parent: Option<&TraceParent>) -> Self {
+    pub(crate) fn traced(mut self, parent: Option<&TraceParent>) -> Self {
         self.trace_id = parent.map(TraceParent::trace_id_hex);
         self
     }
@@ -109,7 +110,7 @@ impl Trail {
     }
 
     /// The trail of a JSON-RPC call: its method and what it names (URI, prompt name, reference).
-    pub(super) fn of_call(admitted: &Admitted, headers: &HeaderMap, call: &Call) -> Self {
+    pub(crate) fn of_call(admitted: &Admitted, headers: &HeaderMap, call: &Call) -> Self {
         let mut trail = Self::new(admitted, headers, &call.method, target_of(call));
         if call.method == "subscriptions/listen"
             && let Some(id) = &call.id
@@ -147,7 +148,7 @@ pub struct Item {
 impl Item {
     /// A message about to be handled: `call` (none for a client's response or a malformed message, whose
     /// method is `-`), with the trace of its `_meta`.
-    pub(super) fn start(call: Option<&Call>, parent: Option<&TraceParent>) -> Self {
+    pub(crate) fn start(call: Option<&Call>, parent: Option<&TraceParent>) -> Self {
         Self {
             method: cut(call.map_or("-", |call| &call.method)),
             target: cut(call.map_or("", target_of)),
@@ -162,7 +163,7 @@ impl Item {
 
     /// The message was handled: answered with `answer` (none for a notification), an error when
     /// `error_code` is set.
-    pub(super) fn finish(mut self, error_code: Option<i32>, answer: Option<&[u8]>) -> Self {
+    pub(crate) fn finish(mut self, error_code: Option<i32>, answer: Option<&[u8]>) -> Self {
         self.latency = self.started.elapsed();
         self.error_code = error_code;
         self.bytes_out = answer.map_or(0, <[u8]>::len);
@@ -241,7 +242,7 @@ fn address_text(address: IpAddr) -> AuditText {
     text
 }
 
-/// Around `/{agent_id}/mcp` ([`super::transport::endpoint`]): turns the [`Trail`] on the answer of `run` into
+/// Around `/{agent_id}/mcp` ([`crate::mcp::transport::endpoint`]): turns the [`Trail`] on the answer of `run` into
 /// an audit record.
 pub async fn record<F, Fut>(state: &AppState, request: Request, run: F) -> Response
 where
@@ -251,7 +252,7 @@ where
     // With `audit.on_overload = "reject"`, the record's place in the queue is taken before the request is
     // served: a full queue refuses it instead.
     let Ok(mut audit) = state.audit.reserve() else {
-        return super::error::McpError::AuditOverloaded.into_response();
+        return McpError::AuditOverloaded.into_response();
     };
     let started = Instant::now();
     let occurred_at = Timestamp::now();

@@ -2,18 +2,9 @@ use super::*;
 use crate::domain::time::Timestamp;
 
 fn record(agent: &str, n: usize) -> AuditRecord {
-    AuditRecord {
-        id: format!("{agent}-{n}").into(),
-        agent_id: agent.into(),
-        occurred_at: Timestamp::from_micros(1_700_000_000_000_000 + n as i64),
-        kind: "mcp".into(),
-        actor: "key:k".into(),
-        action: "resources/read".into(),
-        target: format!("test://{n}").into(),
-        method: Some("resources/read".into()),
-        outcome: Some("ok".into()),
-        ..AuditRecord::default()
-    }
+    let at = Timestamp::from_micros(1_700_000_000_000_000 + n as i64);
+    let record = crate::audit::read_record(&format!("{agent}-{n}"), agent, at, &format!("test://{n}"));
+    AuditRecord { method: Some("resources/read".into()), outcome: Some("ok".into()), ..record }
 }
 
 /// `batches` batches of `per_batch` records each, spread over `agents` agents, written to one stream;
@@ -43,7 +34,7 @@ fn written(agents: usize, batches: usize, per_batch: usize) -> (StreamHead, Vec<
                 .cloned()
                 .map(|mut record| {
                     let before = prev.get(record.agent_id.as_str()).cloned().unwrap_or_default();
-                    let hash = crate::domain::audit::chain_hash(&before, &record, record.chain_seq.unwrap_or_default());
+                    let hash = crate::audit::chain::chain_hash(&before, &record, record.chain_seq.unwrap_or_default());
                     record.prev_hash = Some(before.as_str().into());
                     record.hash = Some(hash.as_str().into());
                     prev.insert(record.agent_id.to_string(), hash);

@@ -1,7 +1,7 @@
 //! MCP request records in writer streams: one write per batch, however many agents it spans.
 //!
 //! Each replica's audit writer opens a *stream* when it starts (a fresh UUID v7). Within it every agent's
-//! records form a hash chain of their own ([`crate::domain::audit`]'s hash, positions from 1, the first
+//! records form a hash chain of their own ([`super::chain`]'s hash, positions from 1, the first
 //! record linked to the stream's id), whose heads the writer keeps in memory: appending reads and updates
 //! no per-agent row. A batch is stored as a few rows, one per bucket of agents ([`bucket_of`]) and at most
 //! [`ROW_RECORDS`] records and [`ROW_SPAN`] of time each. A row carries, beside its records, its *heads*:
@@ -19,8 +19,8 @@ use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
 
-use super::audit::append_stored_record;
-use super::model::{AuditRecord, AuditText};
+use super::chain::append_stored_record;
+use crate::domain::model::{AuditRecord, AuditText};
 
 /// Agents' records of a batch are stored in this many buckets at most (by a hash of the agent id): a
 /// batch is at most this many rows (more only when a bucket holds over [`ROW_RECORDS`] records), and one
@@ -389,7 +389,7 @@ impl StreamVerifier {
                     ),
                 ));
             }
-            let expected = crate::domain::audit::chain_hash(hash, record, at);
+            let expected = super::chain::chain_hash(hash, record, at);
             if record.hash.as_deref() != Some(expected.as_str()) {
                 return Err(problem(
                     &record.agent_id,
@@ -436,5 +436,5 @@ impl StreamVerifier {
 }
 
 #[cfg(test)]
-#[path = "audit_stream_tests.rs"]
+#[path = "stream_tests.rs"]
 mod tests;
