@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::domain::AgentId;
 use crate::domain::audit::ChainVerifier;
 use crate::domain::audit_stream::{StreamError, StreamVerifier};
 use crate::store::{Store, StoreResult};
@@ -33,12 +34,21 @@ impl Report {
 /// Checks every agent's records, or `agent`'s.
 pub async fn verify(store: &dyn Store, agent: Option<&str>) -> StoreResult<Report> {
     let mut report = Report::default();
-    for head in store.audit_heads(agent).await? {
+    // No chain or stream row names what is not an agent id.
+    let agent_id = match agent.map(AgentId::parse).transpose() {
+        Ok(agent_id) => agent_id,
+        Err(_) => return Ok(report),
+    };
+    for head in store.audit_heads(agent_id.as_ref()).await? {
+        let Ok(chain) = AgentId::parse(&head.agent_id) else {
+            report.agents.insert(head.agent_id.clone(), Err("the chain's agent id is not valid".to_owned()));
+            continue;
+        };
         let agent_id = head.agent_id.clone();
         let mut verifier = ChainVerifier::new(head.clone());
         let mut after = head.pruned_seq;
         let outcome = loop {
-            let page = store.audit_chain_page(&agent_id, after, PAGE).await?;
+            let page = store.audit_chain_page(&chain, after, PAGE).await?;
             if let Some(problem) = page.iter().find_map(|record| verifier.check(record).err()) {
                 break Err(problem.to_string());
             }
@@ -54,7 +64,7 @@ pub async fn verify(store: &dyn Store, agent: Option<&str>) -> StoreResult<Repor
         let mut verifier = StreamVerifier::new(head.clone(), agent);
         let mut after = head.pruned_seq;
         let outcome = loop {
-            let rows = store.audit_stream_rows(&stream_id, after, PAGE, agent, true).await?;
+            let rows = store.audit_stream_rows(&stream_id, after, PAGE, agent_id.as_ref(), true).await?;
             if let Some(problem) = rows.iter().find_map(|row| verifier.check(row).err()) {
                 break Err(problem);
             }

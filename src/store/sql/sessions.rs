@@ -1,10 +1,9 @@
 //! The SQL of legacy sessions, their subscriptions, the event head and retention, written once for both
 //! backends.
 //!
-//! Expanded by [`impl_store!`](super::impl_store) as inherent methods of each backend's store; the
-//! [`Store`](crate::store::Store) methods of the same names delegate here (so the trait's `impl` block stays
-//! one block and this file stays about one subject). Writes that other replicas must know of (a session
-//! ended, a subscription added or removed) commit with their bus message, like registry changes do.
+//! Expanded by [`impl_store!`](super::impl_store) as the [`SessionStore`](crate::store::SessionStore)
+//! implementation of each backend's store. Writes that other replicas must know of (a session ended, a
+//! subscription added or removed) commit with their bus message, like registry changes do.
 
 use crate::domain::AgentId;
 use crate::domain::session::{Session, SessionDigest};
@@ -39,11 +38,56 @@ impl SessionRow {
     }
 }
 
-/// Expands the session, subscription, event-head and pruning statements as inherent methods of `$store`.
-macro_rules! impl_session_sql {
+/// Expands the [`SessionStore`](crate::store::SessionStore) implementation for `$store`.
+macro_rules! impl_session_store {
     ($store:ty, $db:ty) => {
         impl $store {
-            async fn sql_create_session(
+            /// Runs one bounded `delete` statement (`$1` = `value`, `$2` = the batch size) until a batch
+            /// deletes less than a full batch; returns how many rows went.
+            async fn prune_batches(&self, statement: &'static str, value: i64) -> StoreResult<u64> {
+                let mut total = 0;
+                loop {
+                    let deleted = sqlx::query::<$db>(statement)
+                        .bind(value)
+                        .bind(PRUNE_BATCH)
+                        .execute(self.writer())
+                        .await
+                        .map_err(Self::error)?
+                        .rows_affected();
+                    total += deleted;
+                    if deleted < PRUNE_BATCH as u64 {
+                        return Ok(total);
+                    }
+                }
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl SessionStore for $store {
+            async fn announce(&self, message: BusMessage) -> StoreResult<()> {
+                let tx = self.begin_write().await?;
+                self.commit(tx, vec![message]).await
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent, after_seq = after_seq))]
+            async fn events_after(&self, agent: &AgentId, after_seq: i64, limit: u32) -> StoreResult<Vec<ChangeEvent>> {
+                sqlx::query_as::<$db, EventRow>(
+                    "select agent_id, seq, updated_uris, resources_list_changed, prompts_list_changed, created_at \
+                     from event where agent_id = $1 and seq > $2 order by seq limit $3",
+                )
+                .bind(agent.as_str())
+                .bind(after_seq)
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await
+                .map_err(Self::error)?
+                .into_iter()
+                .map(EventRow::into_event)
+                .collect()
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %session.agent_id, session = %session.digest))]
+            async fn create_session(
                 &self,
                 session: &Session,
                 max_per_key: u32,
@@ -87,7 +131,8 @@ macro_rules! impl_session_sql {
                 Ok(true)
             }
 
-            async fn sql_get_session(&self, digest: &SessionDigest) -> StoreResult<Option<Session>> {
+            #[tracing::instrument(skip_all, fields(session = %digest))]
+            async fn get_session(&self, digest: &SessionDigest) -> StoreResult<Option<Session>> {
                 sqlx::query_as::<$db, SessionRow>(
                     "select session_id, agent_id, api_key_id, protocol_version, last_seen_at, created_at \
                      from session where session_id = $1",
@@ -100,7 +145,8 @@ macro_rules! impl_session_sql {
                 .transpose()
             }
 
-            async fn sql_touch_session(&self, digest: &SessionDigest, at: Timestamp) -> StoreResult<()> {
+            #[tracing::instrument(skip_all, fields(session = %digest))]
+            async fn touch_session(&self, digest: &SessionDigest, at: Timestamp) -> StoreResult<()> {
                 sqlx::query::<$db>(
                     "update session set last_seen_at = $2, updated_at = $2 where session_id = $1 and last_seen_at < $2",
                 )
@@ -112,7 +158,8 @@ macro_rules! impl_session_sql {
                 Ok(())
             }
 
-            async fn sql_delete_session(&self, agent: &AgentId, digest: &SessionDigest) -> StoreResult<bool> {
+            #[tracing::instrument(skip_all, fields(agent = %agent, session = %digest))]
+            async fn delete_session(&self, agent: &AgentId, digest: &SessionDigest) -> StoreResult<bool> {
                 let mut tx = self.begin_write().await?;
                 let deleted = sqlx::query::<$db>("delete from session where session_id = $1 and agent_id = $2")
                     .bind(digest.as_str())
@@ -130,7 +177,8 @@ macro_rules! impl_session_sql {
                 Ok(deleted > 0)
             }
 
-            async fn sql_subscribe(
+            #[tracing::instrument(skip_all, fields(agent = %agent, session = %digest))]
+            async fn subscribe(
                 &self,
                 agent: &AgentId,
                 digest: &SessionDigest,
@@ -175,7 +223,8 @@ macro_rules! impl_session_sql {
                 Ok(true)
             }
 
-            async fn sql_unsubscribe(&self, agent: &AgentId, digest: &SessionDigest, uri: &str) -> StoreResult<()> {
+            #[tracing::instrument(skip_all, fields(agent = %agent, session = %digest))]
+            async fn unsubscribe(&self, agent: &AgentId, digest: &SessionDigest, uri: &str) -> StoreResult<()> {
                 let mut tx = self.begin_write().await?;
                 let removed = sqlx::query::<$db>("delete from session_subscription where session_id = $1 and uri = $2")
                     .bind(digest.as_str())
@@ -196,7 +245,8 @@ macro_rules! impl_session_sql {
                 self.commit(tx, messages).await
             }
 
-            async fn sql_subscriptions(&self, digest: &SessionDigest) -> StoreResult<Vec<String>> {
+            #[tracing::instrument(skip_all, fields(session = %digest))]
+            async fn subscriptions(&self, digest: &SessionDigest) -> StoreResult<Vec<String>> {
                 sqlx::query_scalar::<$db, String>(
                     "select uri from session_subscription where session_id = $1 order by uri",
                 )
@@ -206,7 +256,8 @@ macro_rules! impl_session_sql {
                 .map_err(Self::error)
             }
 
-            async fn sql_event_head(&self, agent: &AgentId) -> StoreResult<Option<(i64, i64)>> {
+            #[tracing::instrument(skip_all, fields(agent = %agent))]
+            async fn event_head(&self, agent: &AgentId) -> StoreResult<Option<(i64, i64)>> {
                 sqlx::query_as::<$db, (i64, i64)>("select epoch, event_seq from agent where agent_id = $1")
                     .bind(agent.as_str())
                     .fetch_optional(self.reader())
@@ -214,33 +265,15 @@ macro_rules! impl_session_sql {
                     .map_err(Self::error)
             }
 
-            /// Runs one bounded `delete` statement (`$1` = `value`, `$2` = the batch size) until a batch
-            /// deletes less than a full batch; returns how many rows went.
-            async fn sql_prune_batches(&self, statement: &'static str, value: i64) -> StoreResult<u64> {
-                let mut total = 0;
-                loop {
-                    let deleted = sqlx::query::<$db>(statement)
-                        .bind(value)
-                        .bind(PRUNE_BATCH)
-                        .execute(self.writer())
-                        .await
-                        .map_err(Self::error)?
-                        .rows_affected();
-                    total += deleted;
-                    if deleted < PRUNE_BATCH as u64 {
-                        return Ok(total);
-                    }
-                }
-            }
-
-            async fn sql_prune(
+            #[tracing::instrument(skip_all)]
+            async fn prune(
                 &self,
                 events_before: Timestamp,
                 keep_per_agent: u64,
                 sessions_idle_before: Timestamp,
             ) -> StoreResult<Pruned> {
                 let by_age = self
-                    .sql_prune_batches(
+                    .prune_batches(
                         "delete from event where (agent_id, seq) in \
                          (select agent_id, seq from event where created_at < $1 limit $2)",
                         events_before.as_micros(),
@@ -248,7 +281,7 @@ macro_rules! impl_session_sql {
                     .await?;
                 // Events more than `keep` behind their agent's last one: a range of the primary key per agent.
                 let by_count = self
-                    .sql_prune_batches(
+                    .prune_batches(
                         "delete from event where (agent_id, seq) in \
                          (select e.agent_id, e.seq from agent a join event e \
                           on e.agent_id = a.agent_id and e.seq <= a.event_seq - $1 \
@@ -257,7 +290,7 @@ macro_rules! impl_session_sql {
                     )
                     .await?;
                 let sessions = self
-                    .sql_prune_batches(
+                    .prune_batches(
                         "delete from session where session_id in \
                          (select session_id from session where last_seen_at < $1 limit $2)",
                         sessions_idle_before.as_micros(),
@@ -266,7 +299,7 @@ macro_rules! impl_session_sql {
                 // A shared token bucket whose theoretical arrival time has passed is full: forgetting it changes
                 // nothing (the next request starts a full one).
                 let rate_buckets = self
-                    .sql_prune_batches(
+                    .prune_batches(
                         "delete from rate_bucket where bucket in \
                          (select bucket from rate_bucket where tat < $1 limit $2)",
                         Timestamp::now().as_micros(),
@@ -278,4 +311,4 @@ macro_rules! impl_session_sql {
     };
 }
 
-pub(in crate::store) use impl_session_sql;
+pub(in crate::store) use impl_session_store;
