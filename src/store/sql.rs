@@ -233,7 +233,7 @@ macro_rules! impl_store {
             use $crate::registry::collection::{CollectionStore, Resources};
             use $crate::store::prelude::*;
             use $crate::store::rows::{
-                AgentRow, AuditListRow, AuditSegmentRow, AuditStreamRow, EventRow, KeyRow, ResourceContentRow,
+                AgentRow, AuditListRow, AuditSegmentRow, AuditStreamRow, Decode, EventRow, KeyRow, ResourceContentRow,
                 ResourceRow, json_string, json_text, record_digest, scopes_text, to_i64,
             };
             use $crate::store::sql::Change;
@@ -261,7 +261,59 @@ macro_rules! impl_store {
                 after: Option<String>,
             }
 
+            impl<'a> Audit<'a> {
+                /// The audit row of `action` on `target`, with the digests of the record before and after.
+                fn of<T: serde::Serialize>(
+                    agent: &'a AgentId,
+                    actor: &'a Actor,
+                    action: AuditAction,
+                    target: &'a str,
+                    before: Option<&T>,
+                    after: Option<&T>,
+                ) -> Self {
+                    let digest = |record| record_digest(record, None);
+                    Audit { agent, actor, action, target, before: before.map(digest), after: after.map(digest) }
+                }
+
+                /// The audit row of a resource's change: its digests cover the content too.
+                fn with_content(
+                    agent: &'a AgentId,
+                    actor: &'a Actor,
+                    action: AuditAction,
+                    target: &'a str,
+                    before: Option<(&Resource, &Content)>,
+                    after: Option<(&Resource, &Content)>,
+                ) -> Self {
+                    let digest = |(record, content)| record_digest(record, Some(content));
+                    Audit { agent, actor, action, target, before: before.map(digest), after: after.map(digest) }
+                }
+            }
+
             impl $store {
+                /// The record of the row `query` finds through `executor`, if any.
+                async fn one<'c, R, E>(
+                    query: sqlx::query::QueryAs<'_, $db, R, <$db as sqlx::Database>::Arguments>,
+                    executor: E,
+                ) -> StoreResult<Option<R::Record>>
+                where
+                    R: Decode + Send + Unpin + for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row>,
+                    E: sqlx::Executor<'c, Database = $db>,
+                {
+                    query.fetch_optional(executor).await.map_err(Self::error)?.map(R::decode).transpose()
+                }
+
+                /// The records of every row `query` finds through `executor`, in order.
+                async fn all<'c, R, E>(
+                    query: sqlx::query::QueryAs<'_, $db, R, <$db as sqlx::Database>::Arguments>,
+                    executor: E,
+                ) -> StoreResult<Vec<R::Record>>
+                where
+                    R: Decode + Send + Unpin + for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row>,
+                    E: sqlx::Executor<'c, Database = $db>,
+                {
+                    query.fetch_all(executor).await.map_err(Self::error)?.into_iter().map(R::decode).collect()
+                }
+
                 /// Enforces `quotas` from now on.
                 pub fn with_quotas(mut self, quotas: Quotas) -> Self {
                     self.quotas = quotas;

@@ -30,6 +30,25 @@ use crate::registry::collection::{Collection, Prompts, Resources, Templates};
 
 pub(super) type TestResult = Result<(), Box<dyn std::error::Error>>;
 
+/// A test per backend (`$sqlite`, `$postgres`), each running `$story` against a fresh store.
+macro_rules! on_both_backends {
+    ($sqlite:ident, $postgres:ident, $story:ident) => {
+        #[tokio::test]
+        async fn $sqlite() -> TestResult {
+            let file = ScratchFile::new();
+            let store = sqlite_store(&file.url(), LocalBus::new()).await?;
+            $story(&store).await
+        }
+
+        #[tokio::test]
+        async fn $postgres() -> TestResult {
+            let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
+            let store = pg_store(&db.url).await?;
+            $story(&store).await
+        }
+    };
+}
+
 fn agent_id(id: &str) -> AgentId {
     AgentId::parse(id).expect("test agent id")
 }
@@ -536,19 +555,7 @@ async fn concurrent_audit_batches(store: Arc<dyn Store>) -> TestResult {
     Ok(())
 }
 
-#[tokio::test]
-async fn sqlite_large_audit_batches() -> TestResult {
-    let file = ScratchFile::new();
-    let store = sqlite_store(&file.url(), LocalBus::new()).await?;
-    large_audit_batches(&store).await
-}
-
-#[tokio::test]
-async fn postgres_large_audit_batches() -> TestResult {
-    let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
-    let store = pg_store(&db.url).await?;
-    large_audit_batches(&store).await
-}
+on_both_backends!(sqlite_large_audit_batches, postgres_large_audit_batches, large_audit_batches);
 
 #[tokio::test]
 async fn sqlite_concurrent_audit_batches() -> TestResult {
@@ -716,19 +723,7 @@ async fn postgres_legacy_audit_is_migrated() -> TestResult {
     legacy_audit_is_migrated(&store, count).await
 }
 
-#[tokio::test]
-async fn sqlite_limits() -> TestResult {
-    let file = ScratchFile::new();
-    let store = sqlite_store(&file.url(), LocalBus::new()).await?;
-    limits(&store).await
-}
-
-#[tokio::test]
-async fn postgres_limits() -> TestResult {
-    let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
-    let store = pg_store(&db.url).await?;
-    limits(&store).await
-}
+on_both_backends!(sqlite_limits, postgres_limits, limits);
 
 /// The audit actions written for the story's agent, oldest first.
 /// Read through the `audit_record` view, which shows every record of the segments as a row.

@@ -18,19 +18,34 @@ pub(in crate::store) use agent_columns;
 macro_rules! impl_agent_store {
     ($store:ty, $db:ty) => {
         impl $store {
+            /// Stores setting `name` as `value`; an existing one is replaced when `replace`, else left as it is.
+            async fn write_setting(&self, name: &str, value: &str, replace: bool) -> StoreResult<()> {
+                let statement = if replace {
+                    "insert into setting (name, value, created_at, updated_at) values ($1, $2, $3, $3) \
+                     on conflict (name) do update set value = excluded.value, updated_at = excluded.updated_at"
+                } else {
+                    "insert into setting (name, value, created_at, updated_at) values ($1, $2, $3, $3) \
+                     on conflict (name) do nothing"
+                };
+                sqlx::query::<$db>(statement)
+                    .bind(name)
+                    .bind(value)
+                    .bind(Timestamp::now().as_micros())
+                    .execute(self.writer())
+                    .await
+                    .map_err(Self::error)?;
+                Ok(())
+            }
+
             async fn agent_in(tx: &mut Tx, id: &AgentId) -> StoreResult<Option<Agent>> {
                 // A no-op update rather than `select ... for update` (which SQLite lacks): it locks the
                 // row in PostgreSQL, so two concurrent patches cannot lose each other's fields.
-                sqlx::query_as::<$db, AgentRow>(concat!(
+                let query = sqlx::query_as::<$db, AgentRow>(concat!(
                     "update agent set updated_at = updated_at where agent_id = $1 returning ",
                     agent_columns!()
                 ))
-                .bind(id.as_str())
-                .fetch_optional(&mut **tx)
-                .await
-                .map_err(Self::error)?
-                .map(AgentRow::into_agent)
-                .transpose()
+                .bind(id.as_str());
+                Self::one(query, &mut **tx).await
             }
         }
 
@@ -47,17 +62,7 @@ macro_rules! impl_agent_store {
 
             #[tracing::instrument(skip_all, fields(setting = name))]
             async fn init_setting(&self, name: &str, value: &str) -> StoreResult<String> {
-                let now = Timestamp::now().as_micros();
-                sqlx::query::<$db>(
-                    "insert into setting (name, value, created_at, updated_at) values ($1, $2, $3, $3) \
-                     on conflict (name) do nothing",
-                )
-                .bind(name)
-                .bind(value)
-                .bind(now)
-                .execute(self.writer())
-                .await
-                .map_err(Self::error)?;
+                self.write_setting(name, value, false).await?;
                 sqlx::query_scalar::<$db, String>("select value from setting where name = $1")
                     .bind(name)
                     .fetch_one(self.writer())
@@ -67,18 +72,7 @@ macro_rules! impl_agent_store {
 
             #[tracing::instrument(skip_all, fields(setting = name))]
             async fn put_setting(&self, name: &str, value: &str) -> StoreResult<()> {
-                let now = Timestamp::now().as_micros();
-                sqlx::query::<$db>(
-                    "insert into setting (name, value, created_at, updated_at) values ($1, $2, $3, $3) \
-                     on conflict (name) do update set value = excluded.value, updated_at = excluded.updated_at",
-                )
-                .bind(name)
-                .bind(value)
-                .bind(now)
-                .execute(self.writer())
-                .await
-                .map_err(Self::error)?;
-                Ok(())
+                self.write_setting(name, value, true).await
             }
 
             #[tracing::instrument(skip_all, fields(agent = %agent.id))]
@@ -114,14 +108,8 @@ macro_rules! impl_agent_store {
                 .execute(&mut *tx)
                 .await
                 .map_err(Self::error)?;
-                let audit = Audit {
-                    agent: &created.id,
-                    actor,
-                    action: AuditAction::AgentCreate,
-                    target: created.id.as_str(),
-                    before: None,
-                    after: Some(record_digest(&created, None)),
-                };
+                let id = &created.id;
+                let audit = Audit::of(id, actor, AuditAction::AgentCreate, id.as_str(), None, Some(&created));
                 Self::insert_audit(&mut tx, audit, now).await?;
                 self.check_byte_quotas(&mut tx, &created.id).await?;
                 self.commit(tx, vec![BusMessage::AgentChanged { agent: created.id.to_string() }]).await?;
@@ -130,31 +118,22 @@ macro_rules! impl_agent_store {
 
             #[tracing::instrument(skip_all, fields(agent = %id))]
             async fn get_agent(&self, id: &AgentId) -> StoreResult<Option<Agent>> {
-                sqlx::query_as::<$db, AgentRow>(concat!("select ", agent_columns!(), " from agent where agent_id = $1"))
-                    .bind(id.as_str())
-                    .fetch_optional(self.reader())
-                    .await
-                    .map_err(Self::error)?
-                    .map(AgentRow::into_agent)
-                    .transpose()
+                let sql = concat!("select ", agent_columns!(), " from agent where agent_id = $1");
+                let query = sqlx::query_as::<$db, AgentRow>(sql).bind(id.as_str());
+                Self::one(query, self.reader()).await
             }
 
             #[tracing::instrument(skip_all)]
             async fn list_agents(&self, after: After<'_>, limit: u32) -> StoreResult<Vec<Agent>> {
                 // Every id is non-empty, so `> ''` is the first page.
-                sqlx::query_as::<$db, AgentRow>(concat!(
+                let query = sqlx::query_as::<$db, AgentRow>(concat!(
                     "select ",
                     agent_columns!(),
                     " from agent where agent_id > $1 order by agent_id limit $2"
                 ))
                 .bind(after.unwrap_or(""))
-                .bind(i64::from(limit))
-                .fetch_all(self.reader())
-                .await
-                .map_err(Self::error)?
-                .into_iter()
-                .map(AgentRow::into_agent)
-                .collect()
+                .bind(i64::from(limit));
+                Self::all(query, self.reader()).await
             }
 
             #[tracing::instrument(skip_all, fields(agent = %id))]
@@ -194,14 +173,7 @@ macro_rules! impl_agent_store {
                 .execute(&mut *tx)
                 .await
                 .map_err(Self::error)?;
-                let audit = Audit {
-                    agent: id,
-                    actor,
-                    action: AuditAction::AgentUpdate,
-                    target: id.as_str(),
-                    before: Some(record_digest(&before, None)),
-                    after: Some(record_digest(&after, None)),
-                };
+                let audit = Audit::of(id, actor, AuditAction::AgentUpdate, id.as_str(), Some(&before), Some(&after));
                 Self::insert_audit(&mut tx, audit, now).await?;
                 self.check_byte_quotas(&mut tx, id).await?;
                 self.commit(tx, vec![BusMessage::AgentChanged { agent: id.to_string() }]).await?;
@@ -213,24 +185,13 @@ macro_rules! impl_agent_store {
                 let now = Timestamp::now();
                 let mut tx = self.begin_write().await?;
                 // Keys, registry and events go with the agent (`on delete cascade`); audit records stay.
-                let before = sqlx::query_as::<$db, AgentRow>(concat!(
+                let query = sqlx::query_as::<$db, AgentRow>(concat!(
                     "delete from agent where agent_id = $1 returning ",
                     agent_columns!()
                 ))
-                .bind(id.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(Self::error)?
-                .ok_or(StoreError::NotFound)?
-                .into_agent()?;
-                let audit = Audit {
-                    agent: id,
-                    actor,
-                    action: AuditAction::AgentDelete,
-                    target: id.as_str(),
-                    before: Some(record_digest(&before, None)),
-                    after: None,
-                };
+                .bind(id.as_str());
+                let before = Self::one(query, &mut *tx).await?.ok_or(StoreError::NotFound)?;
+                let audit = Audit::of(id, actor, AuditAction::AgentDelete, id.as_str(), Some(&before), None);
                 Self::insert_audit(&mut tx, audit, now).await?;
                 self.commit(tx, vec![BusMessage::AgentDeleted { agent: id.to_string() }]).await
             }

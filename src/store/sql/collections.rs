@@ -8,17 +8,17 @@
 //! row, and announces the change as a list change. Resources store content and announce more precisely, so
 //! their writes are their own ([`super::registry`]).
 
-use crate::domain::model::{AuditAction, Prompt, Resource, ResourceTemplate};
+use crate::domain::model::{AuditAction, Prompt, ResourceTemplate};
 use crate::domain::time::Timestamp;
 use crate::registry::collection::{Collection, Prompts, Resources, Templates};
 use crate::store::StoreResult;
-use crate::store::rows::{PromptRow, ResourceRow, TemplateRow, json_string, json_text};
+use crate::store::rows::{Decode, PromptRow, ResourceRow, TemplateRow, json_string, json_text};
 use crate::store::sql::Change;
 
 /// How a collection is stored: the facts its statements need beyond the [`Collection`] descriptor.
 pub(in crate::store) trait StoredCollection: Collection {
     /// An item as the database returns it.
-    type Row: Send + Unpin;
+    type Row: Decode<Record = Self::Item> + Send + Unpin;
     /// One item of an agent by key: `$1` the agent, `$2` the key.
     const SELECT_ONE: &'static str;
     /// A page of an agent's items, ordered by key: `$1` the agent, `$2` the key to start after, `$3` the limit.
@@ -30,9 +30,6 @@ pub(in crate::store) trait StoredCollection: Collection {
     /// The audit action of a create or replace, and of a delete.
     const PUT_ACTION: AuditAction;
     const DELETE_ACTION: AuditAction;
-
-    /// The item a row holds; `Corrupt` when it no longer parses.
-    fn decode(row: Self::Row) -> StoreResult<Self::Item>;
 }
 
 /// A collection whose items are created, replaced and deleted by the generic statements (templates,
@@ -91,10 +88,6 @@ impl StoredCollection for Resources {
     collection_statements!("resource", "uri", resource_columns!());
     const PUT_ACTION: AuditAction = AuditAction::ResourcePut;
     const DELETE_ACTION: AuditAction = AuditAction::ResourceDelete;
-
-    fn decode(row: ResourceRow) -> StoreResult<Resource> {
-        row.into_resource()
-    }
 }
 
 impl StoredCollection for Templates {
@@ -106,10 +99,6 @@ impl StoredCollection for Templates {
     );
     const PUT_ACTION: AuditAction = AuditAction::TemplatePut;
     const DELETE_ACTION: AuditAction = AuditAction::TemplateDelete;
-
-    fn decode(row: TemplateRow) -> StoreResult<ResourceTemplate> {
-        row.into_template()
-    }
 }
 
 impl WrittenCollection for Templates {
@@ -159,10 +148,6 @@ impl StoredCollection for Prompts {
     collection_statements!("prompt", "name", "name, title, description, arguments, messages, created_at, updated_at");
     const PUT_ACTION: AuditAction = AuditAction::PromptPut;
     const DELETE_ACTION: AuditAction = AuditAction::PromptDelete;
-
-    fn decode(row: PromptRow) -> StoreResult<Prompt> {
-        row.into_prompt()
-    }
 }
 
 impl WrittenCollection for Prompts {
@@ -215,14 +200,8 @@ macro_rules! impl_collection_store {
                 C::Row: for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row>,
                 E: sqlx::Executor<'c, Database = $db>,
             {
-                sqlx::query_as::<$db, C::Row>(C::SELECT_ONE)
-                    .bind(agent.as_str())
-                    .bind(key)
-                    .fetch_optional(executor)
-                    .await
-                    .map_err(Self::error)?
-                    .map(C::decode)
-                    .transpose()
+                let query = sqlx::query_as::<$db, C::Row>(C::SELECT_ONE).bind(agent.as_str()).bind(key);
+                Self::one(query, executor).await
             }
 
             /// A page of `agent`'s items of collection `C`, ordered by key (bytewise).
@@ -237,16 +216,11 @@ macro_rules! impl_collection_store {
                 C: StoredCollection,
                 C::Row: for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row>,
             {
-                sqlx::query_as::<$db, C::Row>(C::SELECT_PAGE)
+                let query = sqlx::query_as::<$db, C::Row>(C::SELECT_PAGE)
                     .bind(agent.as_str())
                     .bind(after.unwrap_or(""))
-                    .bind(i64::from(limit))
-                    .fetch_all(self.reader())
-                    .await
-                    .map_err(Self::error)?
-                    .into_iter()
-                    .map(C::decode)
-                    .collect()
+                    .bind(i64::from(limit));
+                Self::all(query, self.reader()).await
             }
 
             /// After items of collection `C` were stored in `tx`: refuses (rolling back) what takes `agent` over
@@ -297,14 +271,7 @@ macro_rules! impl_collection_store {
                     .await
                     .map_err(Self::error)?;
                 self.check_quotas::<C>(&mut tx, agent).await?;
-                let audit = Audit {
-                    agent,
-                    actor,
-                    action: C::PUT_ACTION,
-                    target: key,
-                    before: before.as_ref().map(|old| record_digest(old, None)),
-                    after: Some(record_digest(&after, None)),
-                };
+                let audit = Audit::of(agent, actor, C::PUT_ACTION, key, before.as_ref(), Some(&after));
                 Self::insert_audit(&mut tx, audit, now).await?;
                 self.finish_change(tx, agent, seq, &C::change(), now).await?;
                 Ok(Upserted { item: after, created: before.is_none() })
@@ -325,22 +292,9 @@ macro_rules! impl_collection_store {
                 let key = C::key_str(key);
                 let mut tx = self.begin_write().await?;
                 let seq = Self::next_seq(&mut tx, agent).await?;
-                let before = sqlx::query_as::<$db, C::Row>(C::DELETE_ONE)
-                    .bind(agent.as_str())
-                    .bind(key)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(Self::error)?
-                    .ok_or(StoreError::NotFound)
-                    .and_then(C::decode)?;
-                let audit = Audit {
-                    agent,
-                    actor,
-                    action: C::DELETE_ACTION,
-                    target: key,
-                    before: Some(record_digest(&before, None)),
-                    after: None,
-                };
+                let query = sqlx::query_as::<$db, C::Row>(C::DELETE_ONE).bind(agent.as_str()).bind(key);
+                let before = Self::one(query, &mut *tx).await?.ok_or(StoreError::NotFound)?;
+                let audit = Audit::of(agent, actor, C::DELETE_ACTION, key, Some(&before), None);
                 Self::insert_audit(&mut tx, audit, now).await?;
                 self.finish_change(tx, agent, seq, &C::change(), now).await
             }

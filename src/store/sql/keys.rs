@@ -102,14 +102,8 @@ macro_rules! impl_key_store {
                 .execute(&mut *tx)
                 .await
                 .map_err(Self::error)?;
-                let audit = Audit {
-                    agent: &record.agent_id,
-                    actor,
-                    action: AuditAction::KeyCreate,
-                    target: record.id.as_str(),
-                    before: None,
-                    after: Some(record_digest(&record, None)),
-                };
+                let (agent, target) = (&record.agent_id, record.id.as_str());
+                let audit = Audit::of(agent, actor, AuditAction::KeyCreate, target, None, Some(&record));
                 Self::insert_audit(&mut tx, audit, now).await?;
                 self.commit(tx, Vec::new()).await?;
                 Ok(record)
@@ -117,7 +111,7 @@ macro_rules! impl_key_store {
 
             #[tracing::instrument(skip_all, fields(agent = %agent))]
             async fn list_keys(&self, agent: &AgentId, after: After<'_>, limit: u32) -> StoreResult<Vec<KeyRecord>> {
-                sqlx::query_as::<$db, KeyRow>(concat!(
+                let query = sqlx::query_as::<$db, KeyRow>(concat!(
                     "select ",
                     key_columns!(),
                     " from api_key where agent_id = $1 and ($2 is null or (created_at, api_key_id) > \
@@ -126,13 +120,8 @@ macro_rules! impl_key_store {
                 ))
                 .bind(agent.as_str())
                 .bind(after)
-                .bind(i64::from(limit))
-                .fetch_all(self.reader())
-                .await
-                .map_err(Self::error)?
-                .into_iter()
-                .map(KeyRow::into_key)
-                .collect()
+                .bind(i64::from(limit));
+                Self::all(query, self.reader()).await
             }
 
             #[tracing::instrument(skip_all, fields(agent = %agent, key = key_id))]
@@ -140,28 +129,17 @@ macro_rules! impl_key_store {
                 let now = Timestamp::now();
                 let mut tx = self.begin_write().await?;
                 // A second revocation keeps the first `revoked_at`.
-                let after = sqlx::query_as::<$db, KeyRow>(concat!(
+                let query = sqlx::query_as::<$db, KeyRow>(concat!(
                     "update api_key set revoked_at = coalesce(revoked_at, $3), updated_at = $3 \
                      where api_key_id = $1 and agent_id = $2 returning ",
                     key_columns!()
                 ))
                 .bind(key_id)
                 .bind(agent.as_str())
-                .bind(now.as_micros())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(Self::error)?
-                .ok_or(StoreError::NotFound)?
-                .into_key()?;
+                .bind(now.as_micros());
+                let after = Self::one(query, &mut *tx).await?.ok_or(StoreError::NotFound)?;
                 let before = KeyRecord { revoked_at: None, ..after.clone() };
-                let audit = Audit {
-                    agent,
-                    actor,
-                    action: AuditAction::KeyRevoke,
-                    target: key_id,
-                    before: Some(record_digest(&before, None)),
-                    after: Some(record_digest(&after, None)),
-                };
+                let audit = Audit::of(agent, actor, AuditAction::KeyRevoke, key_id, Some(&before), Some(&after));
                 Self::insert_audit(&mut tx, audit, now).await?;
                 let revoked = BusMessage::KeyRevoked { agent: agent.to_string(), key: key_id.to_owned() };
                 self.commit(tx, vec![revoked]).await
@@ -177,18 +155,14 @@ macro_rules! impl_key_store {
             ) -> StoreResult<KeyRecord> {
                 let now = Timestamp::now();
                 let mut tx = self.begin_write().await?;
-                let before = sqlx::query_as::<$db, KeyRow>(concat!(
+                let query = sqlx::query_as::<$db, KeyRow>(concat!(
                     "select ",
                     key_columns!(),
                     " from api_key where api_key_id = $1 and agent_id = $2"
                 ))
                 .bind(key_id)
-                .bind(agent.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(Self::error)?
-                .ok_or(StoreError::NotFound)?
-                .into_key()?;
+                .bind(agent.as_str());
+                let before = Self::one(query, &mut *tx).await?.ok_or(StoreError::NotFound)?;
                 // A revoked key stays as it was revoked: its record is what the audit trail points at.
                 if before.revoked_at.is_some() {
                     return Err(StoreError::Conflict);
@@ -212,14 +186,7 @@ macro_rules! impl_key_store {
                 .execute(&mut *tx)
                 .await
                 .map_err(Self::error)?;
-                let audit = Audit {
-                    agent,
-                    actor,
-                    action: AuditAction::KeyUpdate,
-                    target: key_id,
-                    before: Some(record_digest(&before, None)),
-                    after: Some(record_digest(&after, None)),
-                };
+                let audit = Audit::of(agent, actor, AuditAction::KeyUpdate, key_id, Some(&before), Some(&after));
                 Self::insert_audit(&mut tx, audit, now).await?;
                 let changed = BusMessage::KeyChanged { agent: agent.to_string(), key: key_id.to_owned() };
                 self.commit(tx, vec![changed]).await?;
@@ -228,24 +195,16 @@ macro_rules! impl_key_store {
 
             #[tracing::instrument(skip_all)]
             async fn find_key(&self, digest: &KeyDigest) -> StoreResult<Option<KeyRecord>> {
-                sqlx::query_as::<$db, KeyRow>(concat!("select ", key_columns!(), " from api_key where digest = $1"))
-                    .bind(digest.to_hex())
-                    .fetch_optional(self.reader())
-                    .await
-                    .map_err(Self::error)?
-                    .map(KeyRow::into_key)
-                    .transpose()
+                let sql = concat!("select ", key_columns!(), " from api_key where digest = $1");
+                let query = sqlx::query_as::<$db, KeyRow>(sql).bind(digest.to_hex());
+                Self::one(query, self.reader()).await
             }
 
             #[tracing::instrument(skip_all, fields(key = key_id))]
             async fn find_key_by_id(&self, key_id: &str) -> StoreResult<Option<KeyRecord>> {
-                sqlx::query_as::<$db, KeyRow>(concat!("select ", key_columns!(), " from api_key where api_key_id = $1"))
-                    .bind(key_id)
-                    .fetch_optional(self.reader())
-                    .await
-                    .map_err(Self::error)?
-                    .map(KeyRow::into_key)
-                    .transpose()
+                let sql = concat!("select ", key_columns!(), " from api_key where api_key_id = $1");
+                let query = sqlx::query_as::<$db, KeyRow>(sql).bind(key_id);
+                Self::one(query, self.reader()).await
             }
 
             #[tracing::instrument(skip_all, fields(keys = key_ids.len()))]
@@ -277,18 +236,14 @@ macro_rules! impl_key_store {
                 let mut tx = self.begin_write().await?;
                 // Locks the agent's row (PostgreSQL), so that two grants cannot both see room for one more.
                 Self::agent_in(&mut tx, agent).await?.ok_or(StoreError::NotFound)?;
-                let key = sqlx::query_as::<$db, KeyRow>(concat!(
+                let query = sqlx::query_as::<$db, KeyRow>(concat!(
                     "select ",
                     key_columns!(),
                     " from api_key where api_key_id = $1 and agent_id = $2"
                 ))
                 .bind(grant.key_id.as_str())
-                .bind(agent.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(Self::error)?
-                .map(KeyRow::into_key)
-                .transpose()?;
+                .bind(agent.as_str());
+                let key = Self::one(query, &mut *tx).await?;
                 match key {
                     Some(key) if key.is_usable_at(now) => {}
                     Some(_) => {
@@ -301,19 +256,15 @@ macro_rules! impl_key_store {
                         return Err(StoreError::Invalid(format!("agent {agent} has no key {}", grant.key_id)));
                     }
                 }
-                let before = sqlx::query_as::<$db, SubjectRow>(concat!(
+                let query = sqlx::query_as::<$db, SubjectRow>(concat!(
                     "select ",
                     subject_columns!(),
                     " from oauth_subject where agent_id = $1 and issuer = $2 and subject = $3"
                 ))
                 .bind(agent.as_str())
                 .bind(grant.issuer.as_str())
-                .bind(grant.subject.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(Self::error)?
-                .map(SubjectRow::into_grant)
-                .transpose()?;
+                .bind(grant.subject.as_str());
+                let before = Self::one(query, &mut *tx).await?;
                 if before.is_none() {
                     let count =
                         sqlx::query_scalar::<$db, i64>("select count(*) from oauth_subject where agent_id = $1")
@@ -345,14 +296,8 @@ macro_rules! impl_key_store {
                 .map_err(Self::error)?;
                 let after = SubjectGrant { created_at, updated_at: now, ..grant.clone() };
                 let target = format!("{}#{}", grant.issuer, grant.subject);
-                let audit = Audit {
-                    agent,
-                    actor,
-                    action: AuditAction::OAuthSubjectPut,
-                    target: &target,
-                    before: before.as_ref().map(|before| record_digest(before, None)),
-                    after: Some(record_digest(&after, None)),
-                };
+                let action = AuditAction::OAuthSubjectPut;
+                let audit = Audit::of(agent, actor, action, &target, before.as_ref(), Some(&after));
                 Self::insert_audit(&mut tx, audit, now).await?;
                 let messages = before
                     .as_ref()
@@ -374,7 +319,7 @@ macro_rules! impl_key_store {
                     Some((issuer, subject)) => (Some(issuer), Some(subject)),
                     None => (None, None),
                 };
-                sqlx::query_as::<$db, SubjectRow>(concat!(
+                let query = sqlx::query_as::<$db, SubjectRow>(concat!(
                     "select ",
                     subject_columns!(),
                     " from oauth_subject where agent_id = $1 \
@@ -383,13 +328,8 @@ macro_rules! impl_key_store {
                 .bind(agent.as_str())
                 .bind(issuer)
                 .bind(subject)
-                .bind(i64::from(limit))
-                .fetch_all(self.reader())
-                .await
-                .map_err(Self::error)?
-                .into_iter()
-                .map(SubjectRow::into_grant)
-                .collect()
+                .bind(i64::from(limit));
+                Self::all(query, self.reader()).await
             }
 
             #[tracing::instrument(skip_all, fields(agent = %agent))]
@@ -399,19 +339,15 @@ macro_rules! impl_key_store {
                 issuer: &str,
                 subject: &str,
             ) -> StoreResult<Option<SubjectGrant>> {
-                sqlx::query_as::<$db, SubjectRow>(concat!(
+                let query = sqlx::query_as::<$db, SubjectRow>(concat!(
                     "select ",
                     subject_columns!(),
                     " from oauth_subject where agent_id = $1 and issuer = $2 and subject = $3"
                 ))
                 .bind(agent.as_str())
                 .bind(issuer)
-                .bind(subject)
-                .fetch_optional(self.reader())
-                .await
-                .map_err(Self::error)?
-                .map(SubjectRow::into_grant)
-                .transpose()
+                .bind(subject);
+                Self::one(query, self.reader()).await
             }
 
             #[tracing::instrument(skip_all, fields(agent = %agent))]
@@ -424,27 +360,16 @@ macro_rules! impl_key_store {
             ) -> StoreResult<()> {
                 let now = Timestamp::now();
                 let mut tx = self.begin_write().await?;
-                let before = sqlx::query_as::<$db, SubjectRow>(concat!(
+                let query = sqlx::query_as::<$db, SubjectRow>(concat!(
                     "delete from oauth_subject where agent_id = $1 and issuer = $2 and subject = $3 returning ",
                     subject_columns!()
                 ))
                 .bind(agent.as_str())
                 .bind(issuer)
-                .bind(subject)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(Self::error)?
-                .ok_or(StoreError::NotFound)?
-                .into_grant()?;
+                .bind(subject);
+                let before = Self::one(query, &mut *tx).await?.ok_or(StoreError::NotFound)?;
                 let target = format!("{issuer}#{subject}");
-                let audit = Audit {
-                    agent,
-                    actor,
-                    action: AuditAction::OAuthSubjectDelete,
-                    target: &target,
-                    before: Some(record_digest(&before, None)),
-                    after: None,
-                };
+                let audit = Audit::of(agent, actor, AuditAction::OAuthSubjectDelete, &target, Some(&before), None);
                 Self::insert_audit(&mut tx, audit, now).await?;
                 let changed = BusMessage::KeyChanged { agent: agent.to_string(), key: before.key_id };
                 self.commit(tx, vec![changed]).await

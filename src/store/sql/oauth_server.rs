@@ -261,16 +261,12 @@ macro_rules! impl_oauth_server_sql {
                 }
 
                 async fn get_client(&self, id: &str) -> StoreResult<Option<StoredClient>> {
-                    sqlx::query_as::<$db, ClientRow>(
+                    let query = sqlx::query_as::<$db, ClientRow>(
                         "select oauth_client_id, client_name, redirect_uris, last_used_at, created_at \
                          from oauth_client where oauth_client_id = $1",
                     )
-                    .bind(id)
-                    .fetch_optional(self.reader())
-                    .await
-                    .map_err(Self::error)?
-                    .map(ClientRow::into_client)
-                    .transpose()
+                    .bind(id);
+                    Self::one(query, self.reader()).await
                 }
 
                 async fn touch_client(&self, id: &str, at: Timestamp) -> StoreResult<()> {
@@ -324,17 +320,13 @@ macro_rules! impl_oauth_server_sql {
                 }
 
                 async fn find_code(&self, digest: &str) -> StoreResult<Option<StoredCode>> {
-                    sqlx::query_as::<$db, CodeRow>(
+                    let query = sqlx::query_as::<$db, CodeRow>(
                         "select oauth_code_id, family_id, client_id, agent_id, api_key_id, redirect_uri, resource, \
                          scopes, code_challenge, expires_at, used_at, created_at from oauth_code \
                          where oauth_code_id = $1",
                     )
-                    .bind(digest)
-                    .fetch_optional(self.reader())
-                    .await
-                    .map_err(Self::error)?
-                    .map(CodeRow::into_code)
-                    .transpose()
+                    .bind(digest);
+                    Self::one(query, self.reader()).await
                 }
 
                 async fn exchange_code(
@@ -384,17 +376,13 @@ macro_rules! impl_oauth_server_sql {
                 }
 
                 async fn find_token(&self, digest: &str) -> StoreResult<Option<StoredToken>> {
-                    sqlx::query_as::<$db, TokenRow>(
+                    let query = sqlx::query_as::<$db, TokenRow>(
                         "select oauth_token_id, kind, family_id, client_id, agent_id, api_key_id, resource, \
                          scopes, expires_at, used_at, revoked_at, created_at from oauth_token \
                          where oauth_token_id = $1",
                     )
-                    .bind(digest)
-                    .fetch_optional(self.reader())
-                    .await
-                    .map_err(Self::error)?
-                    .map(TokenRow::into_token)
-                    .transpose()
+                    .bind(digest);
+                    Self::one(query, self.reader()).await
                 }
 
                 async fn rotate_refresh(

@@ -14,19 +14,20 @@ macro_rules! impl_registry_store {
     ($store:ty, $db:ty) => {
         /// Statements used inside write transactions.
         impl $store {
-            async fn resource_in(tx: &mut Tx, agent: &AgentId, uri: &str) -> StoreResult<Option<(Resource, Content)>> {
-                sqlx::query_as::<$db, ResourceContentRow>(concat!(
+            /// `agent`'s resource at `uri` with its content, read through `executor`.
+            async fn resource_in<'c, E: sqlx::Executor<'c, Database = $db>>(
+                executor: E,
+                agent: &AgentId,
+                uri: &str,
+            ) -> StoreResult<Option<(Resource, Content)>> {
+                let query = sqlx::query_as::<$db, ResourceContentRow>(concat!(
                     "select ",
                     resource_content_columns!(),
                     " from resource where agent_id = $1 and uri = $2"
                 ))
                 .bind(agent.as_str())
-                .bind(uri)
-                .fetch_optional(&mut **tx)
-                .await
-                .map_err(Self::error)?
-                .map(ResourceContentRow::into_parts)
-                .transpose()
+                .bind(uri);
+                Self::one(query, executor).await
             }
 
             /// Creates or replaces one resource and writes its audit row; returns the stored resource
@@ -38,7 +39,7 @@ macro_rules! impl_registry_store {
                 actor: &Actor,
                 now: Timestamp,
             ) -> StoreResult<(Option<Resource>, Resource)> {
-                let before = Self::resource_in(tx, agent, new.uri.as_str()).await?;
+                let before = Self::resource_in(&mut **tx, agent, new.uri.as_str()).await?;
                 let after = Resource {
                     uri: new.uri.clone(),
                     name: new.name.clone(),
@@ -83,14 +84,9 @@ macro_rules! impl_registry_store {
                     .execute(&mut **tx)
                     .await
                     .map_err(Self::error)?;
-                let audit = Audit {
-                    agent,
-                    actor,
-                    action: AuditAction::ResourcePut,
-                    target: after.uri.as_str(),
-                    before: before.as_ref().map(|(old, content)| record_digest(old, Some(content))),
-                    after: Some(record_digest(&after, Some(&new.content))),
-                };
+                let (target, stored) = (after.uri.as_str(), Some((&after, &new.content)));
+                let replaced = before.as_ref().map(|(old, content)| (old, content));
+                let audit = Audit::with_content(agent, actor, AuditAction::ResourcePut, target, replaced, stored);
                 Self::insert_audit(tx, audit, now).await?;
                 Ok((before.map(|(old, _)| old), after))
             }
@@ -104,21 +100,15 @@ macro_rules! impl_registry_store {
                 now: Timestamp,
             ) -> StoreResult<()> {
                 let (before, content) =
-                    Self::resource_in(tx, agent, uri.as_str()).await?.ok_or(StoreError::NotFound)?;
+                    Self::resource_in(&mut **tx, agent, uri.as_str()).await?.ok_or(StoreError::NotFound)?;
                 sqlx::query::<$db>("delete from resource where agent_id = $1 and uri = $2")
                     .bind(agent.as_str())
                     .bind(uri.as_str())
                     .execute(&mut **tx)
                     .await
                     .map_err(Self::error)?;
-                let audit = Audit {
-                    agent,
-                    actor,
-                    action: AuditAction::ResourceDelete,
-                    target: uri.as_str(),
-                    before: Some(record_digest(&before, Some(&content))),
-                    after: None,
-                };
+                let deleted = Some((&before, &content));
+                let audit = Audit::with_content(agent, actor, AuditAction::ResourceDelete, uri.as_str(), deleted, None);
                 Self::insert_audit(tx, audit, now).await
             }
         }
@@ -169,18 +159,7 @@ macro_rules! impl_registry_store {
 
             #[tracing::instrument(skip_all, fields(agent = %agent, uri = uri))]
             async fn get_resource(&self, agent: &AgentId, uri: &str) -> StoreResult<Option<(Resource, Content)>> {
-                sqlx::query_as::<$db, ResourceContentRow>(concat!(
-                    "select ",
-                    resource_content_columns!(),
-                    " from resource where agent_id = $1 and uri = $2"
-                ))
-                .bind(agent.as_str())
-                .bind(uri)
-                .fetch_optional(self.reader())
-                .await
-                .map_err(Self::error)?
-                .map(ResourceContentRow::into_parts)
-                .transpose()
+                Self::resource_in(self.reader(), agent, uri).await
             }
 
             #[tracing::instrument(skip_all, fields(agent = %agent))]
@@ -197,7 +176,7 @@ macro_rules! impl_registry_store {
                 };
                 let rest_from = i32::try_from(prefix.chars().count() + 1)
                     .map_err(|_| StoreError::Corrupt("directory prefix too long".to_owned()))?;
-                sqlx::query_as::<$db, ResourceRow>(concat!(
+                let query = sqlx::query_as::<$db, ResourceRow>(concat!(
                     "select ",
                     resource_columns!(),
                     " from resource where agent_id = $1 and uri > $2 and uri < $3 \
@@ -207,13 +186,8 @@ macro_rules! impl_registry_store {
                 .bind(prefix)
                 .bind(upper)
                 .bind(rest_from)
-                .bind(i64::from(limit))
-                .fetch_all(self.reader())
-                .await
-                .map_err(Self::error)?
-                .into_iter()
-                .map(ResourceRow::into_resource)
-                .collect()
+                .bind(i64::from(limit));
+                Self::all(query, self.reader()).await
             }
         }
 

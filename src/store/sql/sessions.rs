@@ -71,19 +71,14 @@ macro_rules! impl_session_store {
 
             #[tracing::instrument(skip_all, fields(agent = %agent, after_seq = after_seq))]
             async fn events_after(&self, agent: &AgentId, after_seq: i64, limit: u32) -> StoreResult<Vec<ChangeEvent>> {
-                sqlx::query_as::<$db, EventRow>(
+                let query = sqlx::query_as::<$db, EventRow>(
                     "select agent_id, seq, updated_uris, resources_list_changed, prompts_list_changed, created_at \
                      from event where agent_id = $1 and seq > $2 order by seq limit $3",
                 )
                 .bind(agent.as_str())
                 .bind(after_seq)
-                .bind(i64::from(limit))
-                .fetch_all(self.reader())
-                .await
-                .map_err(Self::error)?
-                .into_iter()
-                .map(EventRow::into_event)
-                .collect()
+                .bind(i64::from(limit));
+                Self::all(query, self.reader()).await
             }
 
             #[tracing::instrument(skip_all, fields(agent = %session.agent_id, session = %session.digest))]
@@ -133,16 +128,12 @@ macro_rules! impl_session_store {
 
             #[tracing::instrument(skip_all, fields(session = %digest))]
             async fn get_session(&self, digest: &SessionDigest) -> StoreResult<Option<Session>> {
-                sqlx::query_as::<$db, SessionRow>(
+                let query = sqlx::query_as::<$db, SessionRow>(
                     "select session_id, agent_id, api_key_id, protocol_version, last_seen_at, created_at \
                      from session where session_id = $1",
                 )
-                .bind(digest.as_str())
-                .fetch_optional(self.reader())
-                .await
-                .map_err(Self::error)?
-                .map(SessionRow::into_session)
-                .transpose()
+                .bind(digest.as_str());
+                Self::one(query, self.reader()).await
             }
 
             #[tracing::instrument(skip_all, fields(session = %digest))]
