@@ -250,6 +250,16 @@ macro_rules! impl_store {
             use $crate::store::{After, BatchOutcome, PoolUsage, Quotas, StoreError, StoreResult, Upserted};
 
             type Tx = sqlx::Transaction<'static, $db>;
+            /// A query of this backend whose rows are `R`s.
+            type Query<'q, R> = sqlx::query::QueryAs<'q, $db, R, <$db as sqlx::Database>::Arguments>;
+
+            /// A row this backend reads, and decodes into a record.
+            trait Readable: Decode + Send + Unpin + for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row> {}
+            impl<R: Decode + Send + Unpin + for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row>> Readable for R {}
+
+            /// Where this backend's statements run: a pool or a transaction's connection.
+            trait Executor<'c>: sqlx::Executor<'c, Database = $db> {}
+            impl<'c, E: sqlx::Executor<'c, Database = $db>> Executor<'c> for E {}
 
             /// One audit row of an admin change.
             struct Audit<'a> {
@@ -291,26 +301,18 @@ macro_rules! impl_store {
 
             impl $store {
                 /// The record of the row `query` finds through `executor`, if any.
-                async fn one<'c, R, E>(
-                    query: sqlx::query::QueryAs<'_, $db, R, <$db as sqlx::Database>::Arguments>,
-                    executor: E,
-                ) -> StoreResult<Option<R::Record>>
-                where
-                    R: Decode + Send + Unpin + for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row>,
-                    E: sqlx::Executor<'c, Database = $db>,
-                {
+                async fn one<'c, R: Readable>(
+                    query: Query<'_, R>,
+                    executor: impl Executor<'c>,
+                ) -> StoreResult<Option<R::Record>> {
                     query.fetch_optional(executor).await.map_err(Self::error)?.map(R::decode).transpose()
                 }
 
                 /// The records of every row `query` finds through `executor`, in order.
-                async fn all<'c, R, E>(
-                    query: sqlx::query::QueryAs<'_, $db, R, <$db as sqlx::Database>::Arguments>,
-                    executor: E,
-                ) -> StoreResult<Vec<R::Record>>
-                where
-                    R: Decode + Send + Unpin + for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row>,
-                    E: sqlx::Executor<'c, Database = $db>,
-                {
+                async fn all<'c, R: Readable>(
+                    query: Query<'_, R>,
+                    executor: impl Executor<'c>,
+                ) -> StoreResult<Vec<R::Record>> {
                     query.fetch_all(executor).await.map_err(Self::error)?.into_iter().map(R::decode).collect()
                 }
 

@@ -844,6 +844,11 @@ async fn sqlite_concurrent_migrations_are_safe() -> TestResult {
     let config = DatabaseConfig::default();
     let stores =
         futures::future::try_join_all((0..4).map(|_| SqliteStore::connect(&url, &config, LocalBus::new()))).await?;
+    concurrent_migrations(&stores).await
+}
+
+/// Migrates `stores` (separate pools on one database) at once, then again, and uses them.
+async fn concurrent_migrations(stores: &[impl Store]) -> TestResult {
     futures::future::try_join_all(stores.iter().map(|store| store.migrate())).await?;
     stores[0].migrate().await?;
     stores[1].create_agent(&new_agent("story"), &actor()).await?;
@@ -965,11 +970,7 @@ async fn postgres_concurrent_migrations_are_safe() -> TestResult {
     let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
     let config = DatabaseConfig::default();
     let stores = futures::future::try_join_all((0..4).map(|_| PgStore::connect(&db.url, &config))).await?;
-    futures::future::try_join_all(stores.iter().map(|store| store.migrate())).await?;
-    stores[0].migrate().await?;
-    stores[1].create_agent(&new_agent("story"), &actor()).await?;
-    assert!(stores[2].get_agent(&agent_id("story")).await?.is_some());
-    Ok(())
+    concurrent_migrations(&stores).await
 }
 
 #[tokio::test]

@@ -18,6 +18,15 @@ pub(in crate::store) use agent_columns;
 macro_rules! impl_agent_store {
     ($store:ty, $db:ty) => {
         impl $store {
+            /// Setting `name`, read through `executor`.
+            async fn setting_in<'c>(&self, executor: impl Executor<'c>, name: &str) -> StoreResult<Option<String>> {
+                sqlx::query_scalar::<$db, String>("select value from setting where name = $1")
+                    .bind(name)
+                    .fetch_optional(executor)
+                    .await
+                    .map_err(Self::error)
+            }
+
             /// Stores setting `name` as `value`; an existing one is replaced when `replace`, else left as it is.
             async fn write_setting(&self, name: &str, value: &str, replace: bool) -> StoreResult<()> {
                 let statement = if replace {
@@ -53,21 +62,15 @@ macro_rules! impl_agent_store {
         impl AgentStore for $store {
             #[tracing::instrument(skip_all, fields(setting = name))]
             async fn get_setting(&self, name: &str) -> StoreResult<Option<String>> {
-                sqlx::query_scalar::<$db, String>("select value from setting where name = $1")
-                    .bind(name)
-                    .fetch_optional(self.reader())
-                    .await
-                    .map_err(Self::error)
+                self.setting_in(self.reader(), name).await
             }
 
             #[tracing::instrument(skip_all, fields(setting = name))]
             async fn init_setting(&self, name: &str, value: &str) -> StoreResult<String> {
                 self.write_setting(name, value, false).await?;
-                sqlx::query_scalar::<$db, String>("select value from setting where name = $1")
-                    .bind(name)
-                    .fetch_one(self.writer())
-                    .await
-                    .map_err(Self::error)
+                // Read back from the writer, which has just written it (or found it).
+                let stored = self.setting_in(self.writer(), name).await?;
+                stored.ok_or_else(|| Self::error(sqlx::Error::RowNotFound))
             }
 
             #[tracing::instrument(skip_all, fields(setting = name))]

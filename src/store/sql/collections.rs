@@ -194,11 +194,13 @@ macro_rules! impl_collection_store {
     ($store:ty, $db:ty) => {
         impl $store {
             /// `agent`'s item of collection `C` with this key, read through `executor`.
-            async fn collection_item<'c, C, E>(executor: E, agent: &AgentId, key: &str) -> StoreResult<Option<C::Item>>
+            async fn collection_item<'c, C>(
+                executor: impl Executor<'c>,
+                agent: &AgentId,
+                key: &str,
+            ) -> StoreResult<Option<C::Item>>
             where
-                C: StoredCollection,
-                C::Row: for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row>,
-                E: sqlx::Executor<'c, Database = $db>,
+                C: StoredCollection<Row: Readable>,
             {
                 let query = sqlx::query_as::<$db, C::Row>(C::SELECT_ONE).bind(agent.as_str()).bind(key);
                 Self::one(query, executor).await
@@ -213,8 +215,7 @@ macro_rules! impl_collection_store {
                 limit: u32,
             ) -> StoreResult<Vec<C::Item>>
             where
-                C: StoredCollection,
-                C::Row: for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row>,
+                C: StoredCollection<Row: Readable>,
             {
                 let query = sqlx::query_as::<$db, C::Row>(C::SELECT_PAGE)
                     .bind(agent.as_str())
@@ -247,8 +248,7 @@ macro_rules! impl_collection_store {
         #[async_trait::async_trait]
         impl<C> CollectionStore<C> for $store
         where
-            C: WrittenCollection,
-            C::Row: for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row>,
+            C: WrittenCollection<Row: Readable>,
         {
             #[tracing::instrument(skip_all, fields(agent = %agent, collection = C::NOUN, key = C::new_key(new)))]
             async fn put(&self, agent: &AgentId, new: &C::New, actor: &Actor) -> StoreResult<Upserted<C::Item>> {
@@ -256,7 +256,7 @@ macro_rules! impl_collection_store {
                 let key = C::new_key(new);
                 let mut tx = self.begin_write().await?;
                 let seq = Self::next_seq(&mut tx, agent).await?;
-                let before = Self::collection_item::<C, _>(&mut *tx, agent, key).await?;
+                let before = Self::collection_item::<C>(&mut *tx, agent, key).await?;
                 let after = C::stored(new, before.as_ref(), now);
                 let mut write = sqlx::query::<$db>(if before.is_some() { C::UPDATE } else { C::INSERT })
                     .bind(agent.as_str())
@@ -283,7 +283,7 @@ macro_rules! impl_collection_store {
 
             #[tracing::instrument(skip_all, fields(agent = %agent, collection = C::NOUN, key = C::key_str(key)))]
             async fn get(&self, agent: &AgentId, key: &C::Key) -> StoreResult<Option<C::Item>> {
-                Self::collection_item::<C, _>(self.reader(), agent, C::key_str(key)).await
+                Self::collection_item::<C>(self.reader(), agent, C::key_str(key)).await
             }
 
             #[tracing::instrument(skip_all, fields(agent = %agent, collection = C::NOUN, key = C::key_str(key)))]

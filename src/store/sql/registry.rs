@@ -15,8 +15,8 @@ macro_rules! impl_registry_store {
         /// Statements used inside write transactions.
         impl $store {
             /// `agent`'s resource at `uri` with its content, read through `executor`.
-            async fn resource_in<'c, E: sqlx::Executor<'c, Database = $db>>(
-                executor: E,
+            async fn resource_in<'c>(
+                executor: impl Executor<'c>,
                 agent: &AgentId,
                 uri: &str,
             ) -> StoreResult<Option<(Resource, Content)>> {
@@ -216,7 +216,7 @@ macro_rules! impl_registry_store {
             }
 
             async fn get(&self, agent: &AgentId, key: &ResourceUri) -> StoreResult<Option<Resource>> {
-                Self::collection_item::<Resources, _>(self.reader(), agent, key.as_str()).await
+                Self::collection_item::<Resources>(self.reader(), agent, key.as_str()).await
             }
 
             #[tracing::instrument(skip_all, fields(agent = %agent, uri = %uri))]

@@ -159,12 +159,8 @@ macro_rules! impl_session_store {
                     .await
                     .map_err(Self::error)?
                     .rows_affected();
-                let messages = if deleted > 0 {
-                    vec![BusMessage::SessionEnded { agent: agent.to_string(), session: digest.as_str().to_owned() }]
-                } else {
-                    Vec::new()
-                };
-                self.commit(tx, messages).await?;
+                let ended = BusMessage::SessionEnded { agent: agent.to_string(), session: digest.as_str().to_owned() };
+                self.commit(tx, (deleted > 0).then_some(ended).into_iter().collect()).await?;
                 Ok(deleted > 0)
             }
 
@@ -201,16 +197,9 @@ macro_rules! impl_session_store {
                 .await
                 .map_err(Self::error)?
                 .rows_affected();
-                let messages = if added > 0 {
-                    vec![BusMessage::Subscribed {
-                        agent: agent.to_string(),
-                        session: digest.as_str().to_owned(),
-                        uri: uri.as_str().to_owned(),
-                    }]
-                } else {
-                    Vec::new()
-                };
-                self.commit(tx, messages).await?;
+                let (agent, session) = (agent.to_string(), digest.as_str().to_owned());
+                let subscribed = BusMessage::Subscribed { agent, session, uri: uri.as_str().to_owned() };
+                self.commit(tx, (added > 0).then_some(subscribed).into_iter().collect()).await?;
                 Ok(true)
             }
 
@@ -224,16 +213,9 @@ macro_rules! impl_session_store {
                     .await
                     .map_err(Self::error)?
                     .rows_affected();
-                let messages = if removed > 0 {
-                    vec![BusMessage::Unsubscribed {
-                        agent: agent.to_string(),
-                        session: digest.as_str().to_owned(),
-                        uri: uri.to_owned(),
-                    }]
-                } else {
-                    Vec::new()
-                };
-                self.commit(tx, messages).await
+                let (agent, session) = (agent.to_string(), digest.as_str().to_owned());
+                let unsubscribed = BusMessage::Unsubscribed { agent, session, uri: uri.to_owned() };
+                self.commit(tx, (removed > 0).then_some(unsubscribed).into_iter().collect()).await
             }
 
             #[tracing::instrument(skip_all, fields(session = %digest))]
