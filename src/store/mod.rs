@@ -10,8 +10,9 @@
 //! | --- | --- | --- |
 //! | [`AgentStore`] | settings, agents | `sql/agents.rs` |
 //! | [`KeyStore`] | API keys, their use, OAuth subject grants | `sql/keys.rs` |
-//! | [`RegistryStore`] | resources' batch, content and directories; the three collections through [`CollectionStore`] | `sql/registry.rs`, `sql/collections.rs` |
-//! | [`SessionStore`] | legacy sessions, subscriptions, the event table, retention, bus announcements | `sql/sessions.rs` |
+//! | [`RegistryStore`] | the three collections ([`CollectionStore`]); resources' content | `sql/registry.rs` |
+//! | | the collections' shared statements, generic over the descriptor | `sql/collections.rs` |
+//! | [`SessionStore`] | legacy sessions, subscriptions, events, retention, announcements | `sql/sessions.rs` |
 //! | [`AuditStore`] | the audit log: listing, writer streams, agents' chains, pruning | `sql/audit.rs` |
 //! | [`ReplicaStore`] | live replicas, shared rate-limit buckets, pool levels | `sql/replicas.rs` |
 //! | [`oauth_server::OAuthServerStore`] | the built-in authorization server's tables | `sql/oauth_server.rs` |

@@ -390,6 +390,28 @@ impl StoredAuditRecord {
     }
 }
 
+/// The head of a chain as the database returns it: an agent's (`owner` its id) or a writer stream's.
+#[derive(sqlx::FromRow)]
+pub(super) struct HeadRow {
+    owner: String,
+    seq: i64,
+    hash: String,
+    pruned_seq: i64,
+    pruned_hash: String,
+}
+
+impl HeadRow {
+    pub(super) fn into_chain_head(self) -> crate::domain::audit::ChainHead {
+        let Self { owner, seq, hash, pruned_seq, pruned_hash } = self;
+        crate::domain::audit::ChainHead { agent_id: owner, seq, hash, pruned_seq, pruned_hash }
+    }
+
+    pub(super) fn into_stream_head(self) -> crate::domain::audit_stream::StreamHead {
+        let Self { owner, seq, hash, pruned_seq, pruned_hash } = self;
+        crate::domain::audit_stream::StreamHead { stream_id: owner, seq, hash, pruned_seq, pruned_hash }
+    }
+}
+
 /// An audit segment as the listing, the chain walk and retention read it.
 #[derive(sqlx::FromRow)]
 pub(super) struct AuditSegmentRow {

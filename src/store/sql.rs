@@ -233,8 +233,8 @@ macro_rules! impl_store {
             use $crate::registry::collection::{CollectionStore, Resources};
             use $crate::store::prelude::*;
             use $crate::store::rows::{
-                AgentRow, AuditListRow, AuditSegmentRow, AuditStreamRow, Decode, EventRow, KeyRow, ResourceContentRow,
-                ResourceRow, json_string, json_text, record_digest, scopes_text, to_i64,
+                AgentRow, AuditListRow, AuditSegmentRow, AuditStreamRow, Decode, EventRow, HeadRow, KeyRow,
+                ResourceContentRow, ResourceRow, json_string, json_text, record_digest, scopes_text, to_i64,
             };
             use $crate::store::sql::Change;
             use $crate::store::sql::agents::agent_columns;
@@ -250,6 +250,8 @@ macro_rules! impl_store {
             use $crate::store::{After, BatchOutcome, PoolUsage, Quotas, StoreError, StoreResult, Upserted};
 
             type Tx = sqlx::Transaction<'static, $db>;
+            /// A statement of this backend.
+            type Statement<'q> = sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments>;
             /// A query of this backend whose rows are `R`s.
             type Query<'q, R> = sqlx::query::QueryAs<'q, $db, R, <$db as sqlx::Database>::Arguments>;
 

@@ -937,13 +937,19 @@ pub(super) async fn pg_store(url: &str) -> Result<PgStore, StoreError> {
     Ok(store)
 }
 
+/// A migrated store on `url`, and a listener forwarding its database's notifications to the bus returned.
+async fn listening(url: &str) -> Result<(PgStore, Receiver<BusMessage>, PgBus), StoreError> {
+    let store = pg_store(url).await?;
+    let bus = LocalBus::new();
+    let messages = bus.subscribe();
+    let listener = PgBus::start(url, bus).await?;
+    Ok((store, messages, listener))
+}
+
 #[tokio::test]
 async fn postgres_story() -> TestResult {
     let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
-    let store = pg_store(&db.url).await?;
-    let bus = LocalBus::new();
-    let mut messages = bus.subscribe();
-    let mut listener = PgBus::start(&db.url, bus).await?;
+    let (store, mut messages, mut listener) = listening(&db.url).await?;
     story(&store, &mut messages).await?;
     let pool = sqlx::PgPool::connect(&db.url).await?;
     let actions: Vec<String> = sqlx::query_scalar(AUDIT_ACTIONS).fetch_all(&pool).await?;
@@ -956,11 +962,8 @@ async fn postgres_story() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_sequences_commit_in_order_under_concurrent_writers() -> TestResult {
     let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
-    let store = Arc::new(pg_store(&db.url).await?);
-    let bus = LocalBus::new();
-    let mut messages = bus.subscribe();
-    let mut listener = PgBus::start(&db.url, bus).await?;
-    concurrent_writers(store, &mut messages).await?;
+    let (store, mut messages, mut listener) = listening(&db.url).await?;
+    concurrent_writers(Arc::new(store), &mut messages).await?;
     listener.shutdown();
     Ok(())
 }
@@ -976,10 +979,7 @@ async fn postgres_concurrent_migrations_are_safe() -> TestResult {
 #[tokio::test]
 async fn postgres_listener_resyncs_after_losing_its_connection() -> TestResult {
     let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
-    let store = pg_store(&db.url).await?;
-    let bus = LocalBus::new();
-    let mut messages = bus.subscribe();
-    let mut listener = PgBus::start(&db.url, bus).await?;
+    let (store, mut messages, mut listener) = listening(&db.url).await?;
     store.create_agent(&new_agent("story"), &actor()).await?;
     assert_eq!(next_message(&mut messages).await, BusMessage::AgentChanged { agent: "story".into() });
 

@@ -18,6 +18,20 @@ pub(in crate::store) use agent_columns;
 macro_rules! impl_agent_store {
     ($store:ty, $db:ty) => {
         impl $store {
+            /// Binds `agent`'s id and the columns a patch may change, `$1` to `$8`, as both the `insert` and
+            /// the `update` of an agent name them.
+            fn bind_agent<'q>(statement: Statement<'q>, agent: &'q Agent) -> Statement<'q> {
+                statement
+                    .bind(agent.id.as_str())
+                    .bind(agent.name.as_str())
+                    .bind(agent.description.as_deref())
+                    .bind(agent.rate_limit.map(|limit| i64::from(limit.requests_per_second)))
+                    .bind(agent.rate_limit.map(|limit| i64::from(limit.burst)))
+                    .bind(agent.rate_limit.is_some_and(|limit| limit.shared))
+                    .bind(agent.cache_ttl_ms.map(to_i64))
+                    .bind(agent.audit_retention_days.map(i64::from))
+            }
+
             /// Setting `name`, read through `executor`.
             async fn setting_in<'c>(&self, executor: impl Executor<'c>, name: &str) -> StoreResult<Option<String>> {
                 sqlx::query_scalar::<$db, String>("select value from setting where name = $1")
@@ -93,24 +107,17 @@ macro_rules! impl_agent_store {
                     updated_at: now,
                 };
                 let mut tx = self.begin_write().await?;
-                sqlx::query::<$db>(
+                let insert = sqlx::query::<$db>(
                     "insert into agent (agent_id, name, description, rate_limit_rps, rate_limit_burst, \
                      rate_limit_shared, cache_ttl_ms, audit_retention_days, epoch, event_seq, created_at, \
                      updated_at) values ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, $10, $10)",
-                )
-                .bind(created.id.as_str())
-                .bind(created.name.as_str())
-                .bind(created.description.as_deref())
-                .bind(created.rate_limit.map(|limit| i64::from(limit.requests_per_second)))
-                .bind(created.rate_limit.map(|limit| i64::from(limit.burst)))
-                .bind(created.rate_limit.is_some_and(|limit| limit.shared))
-                .bind(created.cache_ttl_ms.map(to_i64))
-                .bind(created.audit_retention_days.map(i64::from))
-                .bind(created.epoch)
-                .bind(now.as_micros())
-                .execute(&mut *tx)
-                .await
-                .map_err(Self::error)?;
+                );
+                Self::bind_agent(insert, &created)
+                    .bind(created.epoch)
+                    .bind(now.as_micros())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(Self::error)?;
                 let id = &created.id;
                 let audit = Audit::of(id, actor, AuditAction::AgentCreate, id.as_str(), None, Some(&created));
                 Self::insert_audit(&mut tx, audit, now).await?;
@@ -159,23 +166,12 @@ macro_rules! impl_agent_store {
                     after.audit_retention_days = days;
                 }
                 after.updated_at = now;
-                sqlx::query::<$db>(
+                let update = sqlx::query::<$db>(
                     "update agent set name = $2, description = $3, rate_limit_rps = $4, rate_limit_burst = $5, \
                      rate_limit_shared = $6, cache_ttl_ms = $7, audit_retention_days = $8, updated_at = $9 \
                      where agent_id = $1",
-                )
-                .bind(id.as_str())
-                .bind(after.name.as_str())
-                .bind(after.description.as_deref())
-                .bind(after.rate_limit.map(|limit| i64::from(limit.requests_per_second)))
-                .bind(after.rate_limit.map(|limit| i64::from(limit.burst)))
-                .bind(after.rate_limit.is_some_and(|limit| limit.shared))
-                .bind(after.cache_ttl_ms.map(to_i64))
-                .bind(after.audit_retention_days.map(i64::from))
-                .bind(now.as_micros())
-                .execute(&mut *tx)
-                .await
-                .map_err(Self::error)?;
+                );
+                Self::bind_agent(update, &after).bind(now.as_micros()).execute(&mut *tx).await.map_err(Self::error)?;
                 let audit = Audit::of(id, actor, AuditAction::AgentUpdate, id.as_str(), Some(&before), Some(&after));
                 Self::insert_audit(&mut tx, audit, now).await?;
                 self.check_byte_quotas(&mut tx, id).await?;

@@ -12,6 +12,25 @@
 macro_rules! impl_audit_store {
     ($store:ty, $db:ty) => {
         impl $store {
+            /// Inserts `rows` with `insert` (the statement up to its values), [`AUDIT_SEGMENTS_PER_INSERT`] rows a
+            /// statement, each row's values bound by `bind`. Only the one-row statement (an admin change's, a
+            /// one-agent batch's) is kept prepared, so that other row counts do not push the connection's
+            /// prepared statements out.
+            async fn insert_rows<T>(
+                connection: &mut <$db as sqlx::Database>::Connection,
+                insert: &'static str,
+                rows: &[T],
+                mut bind: impl FnMut(&mut sqlx::query_builder::Separated<'_, $db, &'static str>, &T),
+            ) -> StoreResult<()> {
+                for chunk in rows.chunks(AUDIT_SEGMENTS_PER_INSERT) {
+                    let mut statement = sqlx::QueryBuilder::<$db>::new(insert);
+                    statement.push_values(chunk, |mut row, item| bind(&mut row, item));
+                    let statement = statement.build().persistent(chunk.len() == 1);
+                    statement.execute(&mut *connection).await.map_err(Self::error)?;
+                }
+                Ok(())
+            }
+
             /// The newest records of one format matching `filter` after `after`, at most `limit`: agents'
             /// segments, or (`is_stream`) the writer streams' rows.
             ///
@@ -138,27 +157,21 @@ macro_rules! impl_audit_store {
                 let (heads, segments) = chained?;
                 Self::store_audit_heads(tx, &heads).await?;
                 let now = Timestamp::now().as_micros();
-                for chunk in segments.chunks(AUDIT_SEGMENTS_PER_INSERT) {
-                    let mut insert = sqlx::QueryBuilder::<$db>::new(
-                        "insert into audit_segment (agent_id, first_seq, last_seq, first_at, last_at, prev_hash, \
-                         last_hash, records, created_at, updated_at) ",
-                    );
-                    insert.push_values(chunk, |mut row, segment| {
-                        row.push_bind(segment.agent_id)
-                            .push_bind(segment.first_seq)
-                            .push_bind(segment.last_seq)
-                            .push_bind(segment.first_at)
-                            .push_bind(segment.last_at)
-                            .push_bind(segment.prev_hash.as_str())
-                            .push_bind(segment.last_hash.as_str())
-                            .push_bind(segment.records.as_str())
-                            .push_bind(now)
-                            .push_bind(now);
-                    });
-                    // Only the one-row insert (an admin change's, a one-agent batch's) is kept prepared, so
-                    // that other row counts do not push the connection's prepared statements out.
-                    insert.build().persistent(chunk.len() == 1).execute(&mut **tx).await.map_err(Self::error)?;
-                }
+                let insert = "insert into audit_segment (agent_id, first_seq, last_seq, first_at, last_at, prev_hash, \
+                              last_hash, records, created_at, updated_at) ";
+                Self::insert_rows(&mut **tx, insert, &segments, |row, segment| {
+                    row.push_bind(segment.agent_id)
+                        .push_bind(segment.first_seq)
+                        .push_bind(segment.last_seq)
+                        .push_bind(segment.first_at)
+                        .push_bind(segment.last_at)
+                        .push_bind(segment.prev_hash.as_str())
+                        .push_bind(segment.last_hash.as_str())
+                        .push_bind(segment.records.as_str())
+                        .push_bind(now)
+                        .push_bind(now);
+                })
+                .await?;
                 Ok(())
             }
         }
@@ -190,28 +203,22 @@ macro_rules! impl_audit_store {
                 let batch = $crate::store::off_the_workers(records.len(), || stream.chain(records));
                 let mut tx = self.begin_write().await?;
                 let now = Timestamp::now().as_micros();
-                for chunk in batch.rows.chunks(AUDIT_SEGMENTS_PER_INSERT) {
-                    let mut insert = sqlx::QueryBuilder::<$db>::new(
-                        "insert into audit_batch (stream_id, seq, bucket, first_at, last_at, heads, prev_hash, hash, \
-                         records, created_at, updated_at) ",
-                    );
-                    insert.push_values(chunk, |mut row, stored| {
-                        row.push_bind(stream.id())
-                            .push_bind(stored.seq)
-                            .push_bind(stored.bucket)
-                            .push_bind(stored.first_at)
-                            .push_bind(stored.last_at)
-                            .push_bind(stored.heads.as_str())
-                            .push_bind(stored.prev_hash.as_str())
-                            .push_bind(stored.hash.as_str())
-                            .push_bind(stored.records.as_str())
-                            .push_bind(now)
-                            .push_bind(now);
-                    });
-                    // Only the one-row insert (a one-agent batch's) is kept prepared, so that other row counts
-                    // do not push the connection's prepared statements out.
-                    insert.build().persistent(chunk.len() == 1).execute(&mut *tx).await.map_err(Self::error)?;
-                }
+                let insert = "insert into audit_batch (stream_id, seq, bucket, first_at, last_at, heads, prev_hash, \
+                              hash, records, created_at, updated_at) ";
+                Self::insert_rows(&mut *tx, insert, &batch.rows, |row, stored| {
+                    row.push_bind(stream.id())
+                        .push_bind(stored.seq)
+                        .push_bind(stored.bucket)
+                        .push_bind(stored.first_at)
+                        .push_bind(stored.last_at)
+                        .push_bind(stored.heads.as_str())
+                        .push_bind(stored.prev_hash.as_str())
+                        .push_bind(stored.hash.as_str())
+                        .push_bind(stored.records.as_str())
+                        .push_bind(now)
+                        .push_bind(now);
+                })
+                .await?;
                 // The stream's head: one row, updated once per batch.
                 sqlx::query::<$db>(
                     "insert into audit_stream (stream_id, last_seq, last_hash, created_at, updated_at) \
@@ -231,23 +238,12 @@ macro_rules! impl_audit_store {
             }
 
             async fn audit_streams(&self) -> StoreResult<Vec<StreamHead>> {
-                sqlx::query_as::<$db, (String, i64, String, i64, String)>(
-                    "select stream_id, last_seq, last_hash, pruned_seq, pruned_hash from audit_stream order by stream_id",
-                )
-                .fetch_all(self.reader())
-                .await
-                .map_err(Self::error)
-                .map(|rows| {
-                    rows.into_iter()
-                        .map(|(stream_id, seq, hash, pruned_seq, pruned_hash)| StreamHead {
-                            stream_id,
-                            seq,
-                            hash,
-                            pruned_seq,
-                            pruned_hash,
-                        })
-                        .collect()
-                })
+                let heads = sqlx::query_as::<$db, HeadRow>(
+                    "select stream_id as owner, last_seq as seq, last_hash as hash, pruned_seq, pruned_hash \
+                     from audit_stream order by stream_id",
+                );
+                let heads = heads.fetch_all(self.reader()).await.map_err(Self::error)?;
+                Ok(heads.into_iter().map(HeadRow::into_stream_head).collect())
             }
 
             async fn audit_stream_rows(
@@ -322,25 +318,12 @@ macro_rules! impl_audit_store {
             }
 
             async fn audit_heads(&self, agent: Option<&AgentId>) -> StoreResult<Vec<ChainHead>> {
-                sqlx::query_as::<$db, (String, i64, String, i64, String)>(
-                    "select agent_id, seq, head, pruned_seq, pruned_hash from audit_chain \
+                let heads = sqlx::query_as::<$db, HeadRow>(
+                    "select agent_id as owner, seq, head as hash, pruned_seq, pruned_hash from audit_chain \
                      where ($1 is null or agent_id = $1) order by agent_id",
-                )
-                .bind(agent.map(AgentId::as_str))
-                .fetch_all(self.reader())
-                .await
-                .map_err(Self::error)
-                .map(|rows| {
-                    rows.into_iter()
-                        .map(|(agent_id, seq, hash, pruned_seq, pruned_hash)| ChainHead {
-                            agent_id,
-                            seq,
-                            hash,
-                            pruned_seq,
-                            pruned_hash,
-                        })
-                        .collect()
-                })
+                );
+                let heads = heads.bind(agent.map(AgentId::as_str)).fetch_all(self.reader()).await.map_err(Self::error)?;
+                Ok(heads.into_iter().map(HeadRow::into_chain_head).collect())
             }
 
             async fn prune_audit(&self, agent: &AgentId, before: Timestamp, max: u32) -> StoreResult<u64> {
