@@ -18,6 +18,7 @@ use crate::domain::model::{Actor, NewPrompt, Prompt, PromptArgument, PromptMessa
 use crate::domain::prompt;
 use crate::domain::{AgentId, PromptName};
 use crate::error::{ApiError, Problem};
+use crate::registry::collection::{Collection, Prompts};
 use crate::registry::cursor::ListKind;
 use crate::state::AppState;
 use crate::store::{StoreError, Upserted};
@@ -104,7 +105,7 @@ pub async fn list(
 ) -> Result<Json<Page<Prompt>>, ApiError> {
     let agent = access.agent.as_str();
     let after = page.after(&state.cursors, ListKind::Prompts, agent)?;
-    let rows = state.store.list_prompts(&access.agent, after.as_deref(), page.fetch_limit()).await?;
+    let rows = Prompts::store(&*state.store).list(&access.agent, after.as_deref(), page.fetch_limit()).await?;
     Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Prompts, agent, |p| p.name.to_string())))
 }
 
@@ -121,7 +122,7 @@ pub async fn get(
     path: PathParams,
 ) -> Result<Json<Prompt>, ApiError> {
     let name = path_name(&path)?;
-    let prompt = state.store.get_prompt(&access.agent, &name).await?;
+    let prompt = Prompts::store(&*state.store).get(&access.agent, &name).await?;
     prompt.map(Json).ok_or_else(|| prompt_missing(&name)(StoreError::NotFound))
 }
 
@@ -150,7 +151,7 @@ pub async fn put_prompt(
     actor: &Actor,
 ) -> Result<Upserted<Prompt>, ApiError> {
     let new = body.into_new(name, &state.config.limits.fields())?;
-    state.store.put_prompt(agent, &new, actor).await.map_err(agent_gone)
+    Prompts::store(&*state.store).put(agent, &new, actor).await.map_err(agent_gone)
 }
 
 /// Deletes a prompt: `DELETE .../prompts/{name}` and the console.
@@ -160,7 +161,7 @@ pub async fn delete_prompt(
     name: &PromptName,
     actor: &Actor,
 ) -> Result<(), ApiError> {
-    state.store.delete_prompt(agent, name, actor).await.map_err(prompt_missing(name))
+    Prompts::store(&*state.store).delete(agent, name, actor).await.map_err(prompt_missing(name))
 }
 
 #[cfg(test)]

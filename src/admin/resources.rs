@@ -21,6 +21,7 @@ use crate::domain::model::{Actor, Content, NewResource, Resource};
 use crate::domain::{AgentId, ResourceUri};
 use crate::error::{ApiError, Problem};
 use crate::metrics::Limit;
+use crate::registry::collection::{Collection, Resources};
 use crate::registry::cursor::ListKind;
 use crate::state::AppState;
 use crate::store::{StoreError, Upserted};
@@ -167,7 +168,7 @@ pub async fn list(
 ) -> Result<Json<Page<Resource>>, ApiError> {
     let agent = access.agent.as_str();
     let after = page.after(&state.cursors, ListKind::Resources, agent)?;
-    let rows = state.store.list_resources(&access.agent, after.as_deref(), page.fetch_limit()).await?;
+    let rows = Resources::store(&*state.store).list(&access.agent, after.as_deref(), page.fetch_limit()).await?;
     Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Resources, agent, |r| r.uri.to_string())))
 }
 
@@ -217,7 +218,7 @@ pub async fn put_resource(
     actor: &Actor,
 ) -> Result<Upserted<Resource>, ApiError> {
     let resource = body.into_new(state.config.limits.max_resource_bytes, &state.config.limits.fields())?;
-    state.store.put_resource(agent, &resource, actor).await.map_err(agent_gone)
+    Resources::store(&*state.store).put(agent, &resource, actor).await.map_err(agent_gone)
 }
 
 /// Deletes a resource: `DELETE .../resources?uri=` and the console.
@@ -225,7 +226,7 @@ pub async fn delete_resource(state: &AppState, agent: &AgentId, uri: &str, actor
     let missing = || ApiError::NotFound(format!("resource {uri:?} does not exist"));
     // A value that cannot be a URI is invalid (422), not absent.
     let uri = ResourceUri::parse(uri)?;
-    state.store.delete_resource(agent, &uri, actor).await.map_err(|error| match error {
+    Resources::store(&*state.store).delete(agent, &uri, actor).await.map_err(|error| match error {
         StoreError::NotFound => missing(),
         other => other.into(),
     })

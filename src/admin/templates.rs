@@ -20,6 +20,7 @@ use crate::domain::model::{Actor, NewResourceTemplate, ResourceTemplate};
 use crate::domain::render;
 use crate::domain::{AgentId, UriTemplate};
 use crate::error::{ApiError, Problem};
+use crate::registry::collection::{Collection, Templates};
 use crate::registry::cursor::ListKind;
 use crate::state::AppState;
 use crate::store::{StoreError, Upserted};
@@ -121,7 +122,7 @@ pub async fn list(
 ) -> Result<Json<Page<ResourceTemplate>>, ApiError> {
     let agent = access.agent.as_str();
     let after = page.after(&state.cursors, ListKind::Templates, agent)?;
-    let rows = state.store.list_templates(&access.agent, after.as_deref(), page.fetch_limit()).await?;
+    let rows = Templates::store(&*state.store).list(&access.agent, after.as_deref(), page.fetch_limit()).await?;
     Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Templates, agent, |t| t.uri_template.clone())))
 }
 
@@ -150,7 +151,7 @@ pub async fn put_template(
     actor: &Actor,
 ) -> Result<Upserted<ResourceTemplate>, ApiError> {
     let template = body.into_new(&state.config.limits.fields())?;
-    state.store.put_template(agent, &template, actor).await.map_err(agent_gone)
+    Templates::store(&*state.store).put(agent, &template, actor).await.map_err(agent_gone)
 }
 
 /// Deletes a resource template: `DELETE .../resource-templates?uriTemplate=` and the console.
@@ -160,7 +161,7 @@ pub async fn delete_template(
     uri_template: &str,
     actor: &Actor,
 ) -> Result<(), ApiError> {
-    state.store.delete_template(agent, uri_template, actor).await.map_err(|error| match error {
+    Templates::store(&*state.store).delete(agent, &uri_template.to_owned(), actor).await.map_err(|error| match error {
         StoreError::NotFound => ApiError::NotFound(format!("resource template {uri_template:?} does not exist")),
         other => other.into(),
     })

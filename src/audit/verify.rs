@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use super::chain::{ChainError, ChainVerifier};
 use super::stream::{StreamError, StreamVerifier};
+use crate::domain::AgentId;
 use crate::store::{Store, StoreResult};
 
 /// Records (or stream rows) read per query.
@@ -23,6 +24,9 @@ pub enum AgentProblem {
     /// In the agent's chain in a writer stream.
     #[error("{problem} (stream {stream_id})")]
     Stream { problem: StreamError, stream_id: String },
+    /// The chain is stored under a name that is not an agent id.
+    #[error("the chain's agent id is not valid")]
+    InvalidAgentId,
 }
 
 /// What verification found.
@@ -44,12 +48,21 @@ impl Report {
 /// Checks every agent's records, or `agent`'s.
 pub async fn verify(store: &dyn Store, agent: Option<&str>) -> StoreResult<Report> {
     let mut report = Report::default();
-    for head in store.audit_heads(agent).await? {
+    // No chain or stream row names what is not an agent id.
+    let agent_id = match agent.map(AgentId::parse).transpose() {
+        Ok(agent_id) => agent_id,
+        Err(_) => return Ok(report),
+    };
+    for head in store.audit_heads(agent_id.as_ref()).await? {
+        let Ok(chain) = AgentId::parse(&head.agent_id) else {
+            report.agents.insert(head.agent_id.clone(), Err(AgentProblem::InvalidAgentId));
+            continue;
+        };
         let agent_id = head.agent_id.clone();
         let mut verifier = ChainVerifier::new(head.clone());
         let mut after = head.pruned_seq;
         let outcome = loop {
-            let page = store.audit_chain_page(&agent_id, after, PAGE).await?;
+            let page = store.audit_chain_page(&chain, after, PAGE).await?;
             if let Some(problem) = page.iter().find_map(|record| verifier.check(record).err()) {
                 break Err(AgentProblem::Chain(problem));
             }
@@ -65,7 +78,7 @@ pub async fn verify(store: &dyn Store, agent: Option<&str>) -> StoreResult<Repor
         let mut verifier = StreamVerifier::new(head.clone(), agent);
         let mut after = head.pruned_seq;
         let outcome = loop {
-            let rows = store.audit_stream_rows(&stream_id, after, PAGE, agent, true).await?;
+            let rows = store.audit_stream_rows(&stream_id, after, PAGE, agent_id.as_ref(), true).await?;
             if let Some(problem) = rows.iter().find_map(|row| verifier.check(row).err()) {
                 break Err(problem);
             }

@@ -19,7 +19,7 @@ use super::session::{Principal, Session};
 use super::view::{self, ConsoleError, Result};
 use crate::domain::model::{Actor, Agent};
 use crate::domain::time::Timestamp;
-use crate::domain::{AgentId, Scope};
+use crate::domain::{AgentId, KeyDigest, Scope};
 use crate::error::ApiError;
 use crate::http::REQUEST_ID;
 use crate::state::AppState;
@@ -123,7 +123,10 @@ impl FromRequestParts<AppState> for Console {
             }
             Principal::Agent { agent, key_id, digest, .. } => {
                 // The key is read again on every request: revoked, expired or moved, the session ends.
-                let record = state.store.find_key(digest).await?;
+                let record = match KeyDigest::from_hex(digest) {
+                    Some(digest) => state.store.find_key(&digest).await?,
+                    None => None,
+                };
                 let usable = record.is_some_and(|record| {
                     record.is_usable_at(Timestamp::now())
                         && record.has_scope(Scope::Registry)

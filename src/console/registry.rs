@@ -36,6 +36,7 @@ use crate::mcp::methods::completion::Complete;
 use crate::mcp::methods::prompts::GetPrompt;
 use crate::mcp::methods::read::ReadResource;
 use crate::mcp::methods::{McpMethod, run};
+use crate::registry::collection::{Collection, Prompts, Resources, Templates};
 use crate::state::AppState;
 
 /// Items of each kind the registry page lists.
@@ -98,16 +99,15 @@ fn uri_query(name: &str, value: &str) -> String {
 /// `GET /console/agents/{agent_id}/registry`.
 pub async fn page(State(state): State<AppState>, console: Console, Path(id): Path<String>) -> Result<Response> {
     let agent = console.agent(&state, &id).await?;
-    let resources = state.store.list_resources(&agent.id, None, LISTED).await?;
+    let resources = Resources::store(&*state.store).list(&agent.id, None, LISTED).await?;
     let is_truncated = resources.len() == LISTED as usize;
-    let templates: Vec<_> = state
-        .store
-        .list_templates(&agent.id, None, LISTED)
+    let templates: Vec<_> = Templates::store(&*state.store)
+        .list(&agent.id, None, LISTED)
         .await?
         .into_iter()
         .map(|template| context! { query => uri_query("uri_template", &template.uri_template), template })
         .collect();
-    let prompts = state.store.list_prompts(&agent.id, None, LISTED).await?;
+    let prompts = Prompts::store(&*state.store).list(&agent.id, None, LISTED).await?;
     Ok(view::page(
         &console,
         "registry.html",
@@ -353,7 +353,7 @@ pub async fn template(
     let template = match query.given("uri_template") {
         None => None,
         Some(wanted) => {
-            let all = state.store.list_templates(&agent.id, None, LISTED).await?;
+            let all = Templates::store(&*state.store).list(&agent.id, None, LISTED).await?;
             let found = all.into_iter().find(|t| t.uri_template == wanted);
             Some(found.ok_or_else(|| ApiError::NotFound(format!("resource template {wanted:?} does not exist")))?)
         }
@@ -410,7 +410,7 @@ pub async fn prompt(
         Some(raw_name) => {
             let missing = || ApiError::NotFound(format!("prompt {raw_name:?} does not exist"));
             let name = PromptName::parse(raw_name).map_err(|_| missing())?;
-            Some(state.store.get_prompt(&agent.id, &name).await?.ok_or_else(missing)?)
+            Some(Prompts::store(&*state.store).get(&agent.id, &name).await?.ok_or_else(missing)?)
         }
     };
     let mut arguments = Vec::new();

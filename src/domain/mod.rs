@@ -25,11 +25,6 @@ pub mod uri_template;
 
 pub use id::{AgentId, PromptName, ResourceUri};
 
-// The store still names the audit chain and writer streams by their former paths; these two lines go once it
-// names `crate::audit::chain` and `crate::audit::stream` itself.
-#[doc(hidden)]
-pub use crate::audit::{chain as audit, stream as audit_stream};
-
 /// Lower-case hex of `bytes`. Digests are written as hex on every request (session and audit chain digests),
 /// and `hex::encode` builds its string a `char` at a time; this encodes into one buffer.
 pub fn hex(bytes: impl AsRef<[u8]>) -> String {

@@ -293,6 +293,47 @@ pub struct Actor {
     pub request_id: Option<String>,
 }
 
+/// What an admin change did, as its audit record names it (`action`): the subject, a dot, the verb.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditAction {
+    AgentCreate,
+    AgentUpdate,
+    AgentDelete,
+    KeyCreate,
+    KeyUpdate,
+    KeyRevoke,
+    ResourcePut,
+    ResourceDelete,
+    TemplatePut,
+    TemplateDelete,
+    PromptPut,
+    PromptDelete,
+    OAuthSubjectPut,
+    OAuthSubjectDelete,
+}
+
+impl AuditAction {
+    /// The action as audit records store it, e.g. `agent.create`, `template.delete`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditAction::AgentCreate => "agent.create",
+            AuditAction::AgentUpdate => "agent.update",
+            AuditAction::AgentDelete => "agent.delete",
+            AuditAction::KeyCreate => "key.create",
+            AuditAction::KeyUpdate => "key.update",
+            AuditAction::KeyRevoke => "key.revoke",
+            AuditAction::ResourcePut => "resource.put",
+            AuditAction::ResourceDelete => "resource.delete",
+            AuditAction::TemplatePut => "template.put",
+            AuditAction::TemplateDelete => "template.delete",
+            AuditAction::PromptPut => "prompt.put",
+            AuditAction::PromptDelete => "prompt.delete",
+            AuditAction::OAuthSubjectPut => "oauth_subject.put",
+            AuditAction::OAuthSubjectDelete => "oauth_subject.delete",
+        }
+    }
+}
+
 /// Which audit records a query wants; every field narrows the result.
 #[derive(Debug, Clone, Default)]
 pub struct AuditFilter {

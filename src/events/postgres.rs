@@ -20,11 +20,11 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 
 use super::{BusMessage, CHANNEL, LocalBus};
-use crate::store::StoreError;
-use crate::store::postgres::store_error;
+use crate::store::postgres::{PgStore, store_error};
+use crate::store::{ReplicaStore, StoreError};
 
 /// How the listener's connection shows in `pg_stat_activity` (operators and tests can find it by this).
 pub const LISTENER_APPLICATION_NAME: &str = "hivegate-listener";
@@ -62,6 +62,9 @@ struct Listener {
     bus: LocalBus,
     /// The listener connection's options.
     options: PgConnectOptions,
+    /// Heartbeats and the replica's row go through a connection of their own, so they never interleave
+    /// with a wait for notifications on the listener's.
+    side: PgStore,
 }
 
 impl PgBus {
@@ -73,15 +76,9 @@ impl PgBus {
             replica: uuid::Uuid::new_v4().to_string(),
             bus,
             options: plain.clone().application_name(LISTENER_APPLICATION_NAME),
+            side: PgStore::side(plain.application_name("hivegate"), CONNECT_TIMEOUT),
         };
         let replica = listener.replica.clone();
-        // Heartbeats and deregistration go through a connection of their own, so they never interleave with
-        // a wait for notifications on the listener's.
-        let side = PgPoolOptions::new()
-            .max_connections(1)
-            .min_connections(0)
-            .acquire_timeout(CONNECT_TIMEOUT)
-            .connect_lazy_with(plain.application_name("hivegate"));
         let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Result<(), StoreError>>();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
@@ -100,17 +97,17 @@ impl PgBus {
                     let connection = match listener.listen().await {
                         Ok(connection) => connection,
                         Err(error) => {
-                            let _ = started_tx.send(Err(store_error(error)));
+                            let _ = started_tx.send(Err(error));
                             return;
                         }
                     };
                     let _ = started_tx.send(Ok(()));
                     tokio::select! {
                         () = listener.run(connection) => {}
-                        () = beat(&side, &listener.replica) => {}
+                        () = beat(&listener.side, &listener.replica) => {}
                         _ = stop_rx => {}
                     }
-                    deregister(&side, &listener.replica).await;
+                    deregister(&listener.side, &listener.replica).await;
                     let _ = stopped_tx.send(());
                 });
             })
@@ -153,7 +150,7 @@ impl Drop for PgBus {
 impl Listener {
     /// A listener on its own single connection, subscribed to [`CHANNEL`], with this replica registered as
     /// live.
-    async fn listen(&self) -> Result<PgListener, sqlx::Error> {
+    async fn listen(&self) -> Result<PgListener, StoreError> {
         // A pool of one is how `PgListener` holds its connection; no idle or lifetime limits, the connection
         // is meant to live as long as it can.
         let pool = PgPoolOptions::new()
@@ -162,21 +159,14 @@ impl Listener {
             .max_lifetime(None)
             .acquire_timeout(CONNECT_TIMEOUT)
             .connect_with(self.options.clone())
-            .await?;
-        let mut listener = PgListener::connect_with(&pool).await?;
+            .await
+            .map_err(store_error)?;
+        let mut listener = PgListener::connect_with(&pool).await.map_err(store_error)?;
         listener.ignore_pool_close_event(true);
         // We reconnect ourselves, so that `Resync` is published only once the new connection LISTENs.
         listener.eager_reconnect(false);
-        listener.listen(CHANNEL).await?;
-        sqlx::query(
-            "insert into replica (replica_id) values ($1) \
-             on conflict (replica_id) do update set heartbeat_at = now()",
-        )
-        .bind(&self.replica)
-        .execute(&mut listener)
-        .await?;
-        // Rows of replicas that stopped without deregistering, long dead.
-        sqlx::query("delete from replica where heartbeat_at < now() - interval '1 day'").execute(&mut listener).await?;
+        listener.listen(CHANNEL).await.map_err(store_error)?;
+        self.side.register_replica(&self.replica).await?;
         Ok(listener)
     }
 
@@ -198,8 +188,8 @@ impl Listener {
 
     /// Publishes every notification on the bus, refreshes this replica's row on its own heartbeat and
     /// acknowledges barriers, until the connection fails (`Ok` when it was simply closed).
-    async fn forward(&self, connection: &mut PgListener) -> Result<(), sqlx::Error> {
-        while let Some(notification) = connection.try_recv().await? {
+    async fn forward(&self, connection: &mut PgListener) -> Result<(), StoreError> {
+        while let Some(notification) = connection.try_recv().await.map_err(store_error)? {
             let message = match serde_json::from_str::<BusMessage>(notification.payload()) {
                 Ok(message) => message,
                 Err(error) => {
@@ -210,17 +200,19 @@ impl Listener {
             match message {
                 BusMessage::Beat { replica } => {
                     if replica == self.replica {
-                        sqlx::query("update replica set heartbeat_at = now() where replica_id = $1")
-                            .bind(&self.replica)
-                            .execute(&mut *connection)
-                            .await?;
+                        self.side.refresh_replica(&self.replica).await?;
                     }
                 }
                 BusMessage::Barrier { id } => {
                     // The hooks have applied every message before the barrier: acknowledge it.
                     self.bus.publish(BusMessage::Barrier { id: id.clone() });
                     let ack = payload(&BusMessage::Ack { barrier: id, replica: self.replica.clone() });
-                    sqlx::query("select pg_notify($1, $2)").bind(CHANNEL).bind(ack).execute(&mut *connection).await?;
+                    sqlx::query("select pg_notify($1, $2)")
+                        .bind(CHANNEL)
+                        .bind(ack)
+                        .execute(&mut *connection)
+                        .await
+                        .map_err(store_error)?;
                 }
                 message => self.bus.publish(message),
             }
@@ -246,22 +238,21 @@ impl Listener {
 
 /// Sends this replica's heartbeat every [`BEAT_INTERVAL`], forever; its listener refreshes the replica's
 /// row when it hears it.
-async fn beat(side: &PgPool, replica: &str) {
+async fn beat(side: &PgStore, replica: &str) {
     let payload = payload(&BusMessage::Beat { replica: replica.to_owned() });
     let mut interval = tokio::time::interval(BEAT_INTERVAL);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;
-        if let Err(error) = sqlx::query("select pg_notify($1, $2)").bind(CHANNEL).bind(&payload).execute(side).await {
+        if let Err(error) = side.notify(&payload).await {
             tracing::debug!(%error, "could not send the listener heartbeat");
         }
     }
 }
 
 /// Removes the replica from the live ones, so that no change waits for it any more.
-async fn deregister(side: &PgPool, replica: &str) {
-    let delete = sqlx::query("delete from replica where replica_id = $1").bind(replica).execute(side);
-    match tokio::time::timeout(DEREGISTER_TIMEOUT, delete).await {
+async fn deregister(side: &PgStore, replica: &str) {
+    match tokio::time::timeout(DEREGISTER_TIMEOUT, side.deregister_replica(replica)).await {
         Ok(Ok(_)) => {}
         Ok(Err(error)) => tracing::warn!(%error, "could not deregister this replica; others stop waiting for it soon"),
         Err(_) => tracing::warn!("deregistering this replica timed out; others stop waiting for it soon"),

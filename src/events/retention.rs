@@ -96,14 +96,13 @@ async fn run(store: Arc<dyn Store>, retention: Retention) {
 /// configuration), oldest records first, keeping the chain verifiable.
 async fn prune_audit(store: &dyn Store, audit: &AuditConfig, now: i64) -> Result<(), crate::store::StoreError> {
     for head in store.audit_heads(None).await? {
-        let stored = match AgentId::parse(&head.agent_id) {
-            Ok(id) => store.get_agent(&id).await?.and_then(|agent| agent.audit_retention_days),
-            Err(_) => None,
-        };
+        // Every chain is an agent's: one whose id does not parse is nobody's to prune.
+        let Ok(id) = AgentId::parse(&head.agent_id) else { continue };
+        let stored = store.get_agent(&id).await?.and_then(|agent| agent.audit_retention_days);
         let Some(keep) = audit.retention_of(&head.agent_id, stored) else { continue };
         let before = Timestamp::from_micros(now.saturating_sub(micros(keep)));
         loop {
-            let deleted = store.prune_audit(&head.agent_id, before, AUDIT_PRUNE_BATCH).await?;
+            let deleted = store.prune_audit(&id, before, AUDIT_PRUNE_BATCH).await?;
             if deleted > 0 {
                 tracing::debug!(agent = %head.agent_id, deleted, "pruned audit records");
             }

@@ -86,8 +86,7 @@ impl KeyCache {
     pub async fn authenticate(&self, presented: Option<&str>) -> Result<Arc<KeyRecord>, KeyError> {
         let key = presented.and_then(ApiKey::parse).ok_or(KeyError::Unauthenticated)?;
         let digest = self.hasher.digest(key.expose());
-        let hex = digest.to_hex();
-        self.usable(&self.entries, digest, self.store.find_key(&hex)).await
+        self.usable(&self.entries, digest, self.store.find_key(&digest)).await
     }
 
     /// The key with this id, if it is usable now: how an access token reaches the key it was granted with

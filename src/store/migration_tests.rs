@@ -6,10 +6,10 @@
 use std::time::Instant;
 
 use super::Store;
-use super::sql::chain_audit_segments;
+use super::sql::audit_segment::chain_audit_segments;
 use super::tests::{ScratchDatabase, ScratchFile, TestResult, pg_store, sqlite_store, verify_chains};
-use crate::domain::audit::GENESIS;
-use crate::domain::audit_stream::AuditStream;
+use crate::audit::chain::GENESIS;
+use crate::audit::stream::AuditStream;
 use crate::domain::model::{AuditFilter, AuditRecord};
 use crate::domain::time::Timestamp;
 use crate::events::LocalBus;

@@ -1,4 +1,25 @@
-//! Storage: one trait, one implementation per backend, chosen once by the database URL's scheme.
+//! Storage: a trait per concern, one implementation per backend, chosen once by the database URL's scheme.
+//!
+//! # Map
+//!
+//! [`Store`] is what the rest of the crate holds (`Arc<dyn Store>`): the supertrait of every concern's
+//! trait, plus migrations, the health check and the backend's name. Code that calls a concern's method on
+//! a `dyn Store` imports [`prelude`].
+//!
+//! | trait | holds | SQL |
+//! | --- | --- | --- |
+//! | [`AgentStore`] | settings, agents | `sql/agents.rs` |
+//! | [`KeyStore`] | API keys, their use, OAuth subject grants | `sql/keys.rs` |
+//! | [`RegistryStore`] | the three collections ([`CollectionStore`]); resources' content | `sql/registry.rs` |
+//! | | the collections' shared statements, generic over the descriptor | `sql/collections.rs` |
+//! | [`SessionStore`] | legacy sessions, subscriptions, events, retention, announcements | `sql/sessions.rs` |
+//! | [`AuditStore`] | the audit log: listing, writer streams, agents' chains, pruning | `sql/audit.rs` |
+//! | [`ReplicaStore`] | live replicas, shared rate-limit buckets, pool levels | `sql/replicas.rs` |
+//! | [`oauth_server::OAuthServerStore`] | the built-in authorization server's tables | `sql/oauth_server.rs` |
+//!
+//! Each trait is implemented once, in SQL both backends accept ([`sql`]), and expanded for each backend
+//! ([`postgres`], [`sqlite`]), which supplies only pools, transactions, commit announcements, error classes
+//! and the replica table.
 //!
 //! Every registry change (resource, template, prompt) commits in one transaction with its event row
 //! (per-agent sequence bumped on the agent row, so sequence values commit in order) and its audit row.
@@ -6,15 +27,18 @@
 
 use async_trait::async_trait;
 
-use crate::domain::audit_stream::{AuditStream, StreamHead, VerifiedRow};
+use crate::audit::chain::ChainHead;
+use crate::audit::stream::{AuditStream, StreamHead, VerifiedRow};
 use crate::domain::model::{
     Actor, Agent, AgentPatch, AuditFilter, AuditPosition, AuditRecord, ChangeEvent, Content, KeyPatch, KeyRecord,
-    NewAgent, NewKey, NewPrompt, NewResource, NewResourceTemplate, Prompt, Resource, ResourceTemplate,
+    NewAgent, NewKey, NewResource, Resource,
 };
 use crate::domain::session::{Pruned, Session, SessionDigest};
 use crate::domain::subject::SubjectGrant;
 use crate::domain::time::Timestamp;
-use crate::domain::{AgentId, PromptName, ResourceUri};
+use crate::domain::{AgentId, KeyDigest, ResourceUri};
+use crate::events::BusMessage;
+use crate::guard::limiter::{Limit, Outcome};
 use crate::registry::collection::{CollectionStore, Prompts, Resources, Templates};
 
 /// The audit log's migration from agents' segments to writer streams, on both backends.
@@ -26,11 +50,11 @@ pub mod oauth_server;
 pub mod postgres;
 /// Rows as the database returns them, and their conversion into domain records.
 mod rows;
-/// The SQL both backends share: one implementation of [`Store`], expanded for each backend.
+/// The SQL both backends share: one implementation of each trait, expanded for each backend.
 mod sql;
 /// The SQLite implementation (embedded, one replica).
 pub mod sqlite;
-pub use sql::subjects::subject_sort_key;
+pub use sql::keys::subject_sort_key;
 
 /// One story run against both backends.
 #[cfg(test)]
@@ -144,9 +168,17 @@ pub struct PoolUsage {
     pub max: u32,
 }
 
+/// The traits of every concern: `use crate::store::prelude::*` to call their methods on a `dyn Store`.
+pub mod prelude {
+    pub use super::oauth_server::OAuthServerStore;
+    pub use super::{AgentStore, AuditStore, KeyStore, RegistryStore, ReplicaStore, SessionStore, Store};
+    pub use crate::registry::collection::CollectionStore;
+}
+
+/// The whole store: every concern's trait, plus what concerns the database as a whole.
 #[async_trait]
 pub trait Store:
-    CollectionStore<Resources> + CollectionStore<Templates> + CollectionStore<Prompts> + Send + Sync + 'static
+    AgentStore + KeyStore + RegistryStore + SessionStore + AuditStore + ReplicaStore + Send + Sync + 'static
 {
     /// Apply pending migrations. Safe when several replicas start at once.
     async fn migrate(&self) -> StoreResult<()>;
@@ -156,7 +188,11 @@ pub trait Store:
     fn backend(&self) -> &'static str;
     /// The built-in authorization server's tables.
     fn oauth_server(&self) -> &dyn oauth_server::OAuthServerStore;
+}
 
+/// Settings every replica shares, and agents.
+#[async_trait]
+pub trait AgentStore: Send + Sync {
     async fn get_setting(&self, name: &str) -> StoreResult<Option<String>>;
     /// Store `value` unless the setting exists; returns the value that is stored afterwards.
     async fn init_setting(&self, name: &str, value: &str) -> StoreResult<String>;
@@ -170,7 +206,11 @@ pub trait Store:
     async fn update_agent(&self, id: &AgentId, patch: &AgentPatch, actor: &Actor) -> StoreResult<Agent>;
     /// Deletes the agent with its keys, registry, sessions and events (not its audit records).
     async fn delete_agent(&self, id: &AgentId, actor: &Actor) -> StoreResult<()>;
+}
 
+/// API keys, their use, and the subject grants that map an external authorization server's users to them.
+#[async_trait]
+pub trait KeyStore: Send + Sync {
     async fn create_key(&self, key: &NewKey, actor: &Actor) -> StoreResult<KeyRecord>;
     /// Ordered by (created_at, id); `after` is the id of the last key of the page before.
     async fn list_keys(&self, agent: &AgentId, after: After<'_>, limit: u32) -> StoreResult<Vec<KeyRecord>>;
@@ -185,9 +225,13 @@ pub trait Store:
         patch: &KeyPatch,
         actor: &Actor,
     ) -> StoreResult<KeyRecord>;
-    async fn find_key(&self, digest_hex: &str) -> StoreResult<Option<KeyRecord>>;
+    /// The key stored with this digest, whatever its state.
+    async fn find_key(&self, digest: &KeyDigest) -> StoreResult<Option<KeyRecord>>;
     /// The key with this id, whatever its state: the key an access token was granted with.
     async fn find_key_by_id(&self, key_id: &str) -> StoreResult<Option<KeyRecord>>;
+    /// Records use of keys now: one statement per thousand keys, however many (callers gather the keys used
+    /// on a replica and write them every few seconds, each at most once a minute).
+    async fn touch_keys(&self, key_ids: &[String]) -> StoreResult<()>;
 
     /// Grants `grant.subject` of `grant.issuer` on its agent as `grant.key_id`, a usable key of that agent
     /// (`Invalid` otherwise), replacing the subject's grant; a new one beyond `max_per_agent` is `TooMany`.
@@ -217,16 +261,13 @@ pub trait Store:
         subject: &str,
         actor: &Actor,
     ) -> StoreResult<()>;
-    /// Records use of keys now: one statement per thousand keys, however many (callers gather the keys used
-    /// on a replica and write them every few seconds, each at most once a minute).
-    async fn touch_keys(&self, key_ids: &[String]) -> StoreResult<()>;
+}
 
-    async fn put_resource(
-        &self,
-        agent: &AgentId,
-        resource: &NewResource,
-        actor: &Actor,
-    ) -> StoreResult<Upserted<Resource>>;
+/// An agent's registry: its three collections ([`CollectionStore`] of each), and what only resources do.
+#[async_trait]
+pub trait RegistryStore:
+    CollectionStore<Resources> + CollectionStore<Templates> + CollectionStore<Prompts> + Send + Sync
+{
     /// All upserts and deletes in one transaction with one event; `NotFound` (nothing changed) if a
     /// deleted URI does not exist.
     async fn batch_resources(
@@ -236,88 +277,18 @@ pub trait Store:
         deletes: &[ResourceUri],
         actor: &Actor,
     ) -> StoreResult<BatchOutcome>;
-    /// Ordered by URI (bytewise).
-    async fn list_resources(&self, agent: &AgentId, after: After<'_>, limit: u32) -> StoreResult<Vec<Resource>>;
+    /// A resource with its content.
     async fn get_resource(&self, agent: &AgentId, uri: &str) -> StoreResult<Option<(Resource, Content)>>;
     /// The resources directly below `prefix` (which ends with `/`): URIs that start with it and have no
     /// further `/`; ordered by URI, at most `limit`, without content (directory reads).
     async fn directory_children(&self, agent: &AgentId, prefix: &str, limit: u32) -> StoreResult<Vec<Resource>>;
-    async fn delete_resource(&self, agent: &AgentId, uri: &ResourceUri, actor: &Actor) -> StoreResult<()>;
+}
 
-    async fn put_template(
-        &self,
-        agent: &AgentId,
-        template: &NewResourceTemplate,
-        actor: &Actor,
-    ) -> StoreResult<Upserted<ResourceTemplate>>;
-    /// Ordered by `uri_template` (bytewise).
-    async fn list_templates(&self, agent: &AgentId, after: After<'_>, limit: u32)
-    -> StoreResult<Vec<ResourceTemplate>>;
-    async fn get_template(&self, agent: &AgentId, uri_template: &str) -> StoreResult<Option<ResourceTemplate>>;
-    async fn delete_template(&self, agent: &AgentId, uri_template: &str, actor: &Actor) -> StoreResult<()>;
-
-    async fn put_prompt(&self, agent: &AgentId, prompt: &NewPrompt, actor: &Actor) -> StoreResult<Upserted<Prompt>>;
-    /// Ordered by name (bytewise).
-    async fn list_prompts(&self, agent: &AgentId, after: After<'_>, limit: u32) -> StoreResult<Vec<Prompt>>;
-    async fn get_prompt(&self, agent: &AgentId, name: &PromptName) -> StoreResult<Option<Prompt>>;
-    async fn delete_prompt(&self, agent: &AgentId, name: &PromptName, actor: &Actor) -> StoreResult<()>;
-
-    /// Audit records matching `filter`, newest first (time desc, id desc); `after` is the position of the
-    /// last record of the page before.
-    async fn list_audit(
-        &self,
-        filter: &AuditFilter,
-        after: Option<&AuditPosition>,
-        limit: u32,
-    ) -> StoreResult<Vec<AuditRecord>>;
-
-    /// Appends records (of MCP requests) to their agents' hash chains in `stream`, in one transaction of a
-    /// few statements however many agents they span ([`crate::domain::audit_stream`]); the stream moves on
-    /// once they are stored. Sets each record's chain position and hashes, and sorts the records by bucket
-    /// and agent (each agent's keep their order); a failed call may leave them so, and a retry sets them
-    /// again.
-    async fn append_audit(&self, stream: &mut AuditStream, records: &mut [AuditRecord]) -> StoreResult<()>;
-    /// Every writer stream's head, by stream id.
-    async fn audit_streams(&self) -> StoreResult<Vec<StreamHead>>;
-    /// Rows of `stream` after position `after_seq`, in order, at most `limit`; with `records`, the records of
-    /// those whose heads name `agent` (of every row without an agent), else none.
-    async fn audit_stream_rows(
-        &self,
-        stream: &str,
-        after_seq: i64,
-        limit: u32,
-        agent: Option<&str>,
-        records: bool,
-    ) -> StoreResult<Vec<VerifiedRow>>;
-    /// Deletes `stream`'s rows up to position `through_seq` and moves its pruned anchor to that row, so that
-    /// the rest still verifies. Returns how many records were deleted.
-    async fn prune_audit_stream(&self, stream: &str, through_seq: i64) -> StoreResult<u64>;
-    /// The heads of every agent's audit chain, or of `agent`'s, by agent id: admin changes, and MCP records
-    /// stored before writer streams.
-    async fn audit_heads(&self, agent: Option<&str>) -> StoreResult<Vec<crate::domain::audit::ChainHead>>;
-    /// Deletes the oldest of `agent`'s audit records written before `before`, at most `max`, always a prefix
-    /// of the chain, and moves the chain's pruned anchor to the last one deleted (so the rest still
-    /// verifies). Returns how many were deleted.
-    async fn prune_audit(&self, agent: &str, before: Timestamp, max: u32) -> StoreResult<u64>;
-    /// Records of `agent`'s chain after position `after_seq`, in chain order, at most `limit`.
-    async fn audit_chain_page(&self, agent: &str, after_seq: i64, limit: u32) -> StoreResult<Vec<AuditRecord>>;
-
-    /// Takes one token from the shared token bucket `bucket` (every replica's requests together), atomically;
-    /// the bucket is created full on first use and pruned once full again.
-    async fn take_shared_token(
-        &self,
-        bucket: &str,
-        limit: crate::guard::limiter::Limit,
-    ) -> StoreResult<crate::guard::limiter::Outcome>;
-
-    /// How many database connections are open, idle and allowed.
-    fn pool_usage(&self) -> PoolUsage;
-
+/// Legacy sessions and their subscriptions, the event table, retention, and announcements on the bus.
+#[async_trait]
+pub trait SessionStore: Send + Sync {
     /// Sends `message` on the bus as its own (empty) commit, in commit order with every change.
-    async fn announce(&self, message: crate::events::BusMessage) -> StoreResult<()>;
-    /// The replicas whose event listener has proven alive recently (PostgreSQL); empty with SQLite, whose
-    /// single replica applies every change before the write returns.
-    async fn live_replicas(&self) -> StoreResult<Vec<String>>;
+    async fn announce(&self, message: BusMessage) -> StoreResult<()>;
 
     /// Committed events of `agent` with `seq > after_seq`, in order, at most `limit`.
     async fn events_after(&self, agent: &AgentId, after_seq: i64, limit: u32) -> StoreResult<Vec<ChangeEvent>>;
@@ -343,14 +314,10 @@ pub trait Store:
     async fn touch_session(&self, digest: &SessionDigest, at: Timestamp) -> StoreResult<()>;
     /// Ends the session (and its subscriptions), announcing [`BusMessage::SessionEnded`]; `false` when there
     /// was no such session of that agent.
-    ///
-    /// [`BusMessage::SessionEnded`]: crate::events::BusMessage::SessionEnded
     async fn delete_session(&self, agent: &AgentId, digest: &SessionDigest) -> StoreResult<bool>;
     /// Adds `uri` to the session's subscriptions (a no-op when it is there), announcing
     /// [`BusMessage::Subscribed`]; `false` (nothing changed) when the session already holds `limit` others;
     /// `NotFound` when the session ended meanwhile.
-    ///
-    /// [`BusMessage::Subscribed`]: crate::events::BusMessage::Subscribed
     async fn subscribe(
         &self,
         agent: &AgentId,
@@ -362,4 +329,70 @@ pub trait Store:
     async fn unsubscribe(&self, agent: &AgentId, digest: &SessionDigest, uri: &str) -> StoreResult<()>;
     /// The session's subscribed URIs, ordered.
     async fn subscriptions(&self, digest: &SessionDigest) -> StoreResult<Vec<String>>;
+}
+
+/// The audit log: admin changes in agents' own chains, MCP requests in writer streams.
+#[async_trait]
+pub trait AuditStore: Send + Sync {
+    /// Audit records matching `filter`, newest first (time desc, id desc); `after` is the position of the
+    /// last record of the page before.
+    async fn list_audit(
+        &self,
+        filter: &AuditFilter,
+        after: Option<&AuditPosition>,
+        limit: u32,
+    ) -> StoreResult<Vec<AuditRecord>>;
+
+    /// Appends records (of MCP requests) to their agents' hash chains in `stream`, in one transaction of a
+    /// few statements however many agents they span ([`crate::audit::stream`]); the stream moves on
+    /// once they are stored. Sets each record's chain position and hashes, and sorts the records by bucket
+    /// and agent (each agent's keep their order); a failed call may leave them so, and a retry sets them
+    /// again.
+    async fn append_audit(&self, stream: &mut AuditStream, records: &mut [AuditRecord]) -> StoreResult<()>;
+    /// Every writer stream's head, by stream id.
+    async fn audit_streams(&self) -> StoreResult<Vec<StreamHead>>;
+    /// Rows of `stream` after position `after_seq`, in order, at most `limit`; with `records`, the records of
+    /// those whose heads name `agent` (of every row without an agent), else none.
+    async fn audit_stream_rows(
+        &self,
+        stream: &str,
+        after_seq: i64,
+        limit: u32,
+        agent: Option<&AgentId>,
+        records: bool,
+    ) -> StoreResult<Vec<VerifiedRow>>;
+    /// Deletes `stream`'s rows up to position `through_seq` and moves its pruned anchor to that row, so that
+    /// the rest still verifies. Returns how many records were deleted.
+    async fn prune_audit_stream(&self, stream: &str, through_seq: i64) -> StoreResult<u64>;
+    /// The heads of every agent's audit chain, or of `agent`'s, by agent id: admin changes, and MCP records
+    /// stored before writer streams.
+    async fn audit_heads(&self, agent: Option<&AgentId>) -> StoreResult<Vec<ChainHead>>;
+    /// Deletes the oldest of `agent`'s audit records written before `before`, at most `max`, always a prefix
+    /// of the chain, and moves the chain's pruned anchor to the last one deleted (so the rest still
+    /// verifies). Returns how many were deleted.
+    async fn prune_audit(&self, agent: &AgentId, before: Timestamp, max: u32) -> StoreResult<u64>;
+    /// Records of `agent`'s chain after position `after_seq`, in chain order, at most `limit`.
+    async fn audit_chain_page(&self, agent: &AgentId, after_seq: i64, limit: u32) -> StoreResult<Vec<AuditRecord>>;
+}
+
+/// What replicas share beyond the registry: who is alive, shared rate-limit buckets, and the pool.
+#[async_trait]
+pub trait ReplicaStore: Send + Sync {
+    /// The replicas whose event listener has proven alive recently (PostgreSQL); empty with SQLite, whose
+    /// single replica applies every change before the write returns.
+    async fn live_replicas(&self) -> StoreResult<Vec<String>>;
+    /// Registers `replica` as live (its listener LISTENs now), and forgets replicas that stopped without
+    /// deregistering a day ago or more. A no-op with SQLite.
+    async fn register_replica(&self, replica: &str) -> StoreResult<()>;
+    /// Records that `replica`'s listener heard its own heartbeat now. A no-op with SQLite.
+    async fn refresh_replica(&self, replica: &str) -> StoreResult<()>;
+    /// Removes `replica` from the live ones, so that no change waits for it any more. A no-op with SQLite.
+    async fn deregister_replica(&self, replica: &str) -> StoreResult<()>;
+
+    /// Takes one token from the shared token bucket `bucket` (every replica's requests together), atomically;
+    /// the bucket is created full on first use and pruned once full again.
+    async fn take_shared_token(&self, bucket: &str, limit: Limit) -> StoreResult<Outcome>;
+
+    /// How many database connections are open, idle and allowed.
+    fn pool_usage(&self) -> PoolUsage;
 }

@@ -46,22 +46,39 @@ impl PgStore {
         Ok(Self { pool, options, quotas: Quotas::default() })
     }
 
+    /// A store of its own for the event listener's side statements (its replica's row): one connection at
+    /// most, opened when first needed, named `application_name` in `pg_stat_activity`.
+    pub(crate) fn side(options: PgConnectOptions, acquire_timeout: Duration) -> Self {
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .acquire_timeout(acquire_timeout)
+            .connect_lazy_with(options.clone());
+        Self { pool, options, quotas: Quotas::default() }
+    }
+
+    /// Sends `payload` on the bus channel at once, outside any change (the listener's heartbeat).
+    pub(crate) async fn notify(&self, payload: &str) -> StoreResult<()> {
+        sqlx::query::<Postgres>("select pg_notify($1, $2)")
+            .bind(CHANNEL)
+            .bind(payload)
+            .execute(&self.pool)
+            .await
+            .map_err(Self::error)?;
+        Ok(())
+    }
+
+    /// Closes the store's connections.
+    pub(crate) async fn close(&self) {
+        self.pool.close().await;
+    }
+
     fn reader(&self) -> &PgPool {
         &self.pool
     }
 
     fn writer(&self) -> &PgPool {
         &self.pool
-    }
-
-    /// Enforces `quotas` from now on.
-    pub fn with_quotas(mut self, quotas: Quotas) -> Self {
-        self.quotas = quotas;
-        self
-    }
-
-    fn quotas(&self) -> &Quotas {
-        &self.quotas
     }
 
     fn pools(&self) -> [&PgPool; 1] {
@@ -81,6 +98,38 @@ impl PgStore {
         .fetch_all(&self.pool)
         .await
         .map_err(Self::error)
+    }
+
+    /// Registers `replica` as live, then forgets the rows of replicas that stopped without deregistering,
+    /// long dead.
+    async fn register(&self, replica: &str) -> StoreResult<()> {
+        sqlx::query::<Postgres>(
+            "insert into replica (replica_id) values ($1) \
+             on conflict (replica_id) do update set heartbeat_at = now()",
+        )
+        .bind(replica)
+        .execute(&self.pool)
+        .await
+        .map_err(Self::error)?;
+        sqlx::query::<Postgres>("delete from replica where heartbeat_at < now() - interval '1 day'")
+            .execute(&self.pool)
+            .await
+            .map_err(Self::error)?;
+        Ok(())
+    }
+
+    /// The replica's listener heard its own heartbeat: it stays live for [`REPLICA_TTL_SECS`].
+    async fn refresh(&self, replica: &str) -> StoreResult<()> {
+        self.replica_statement("update replica set heartbeat_at = now() where replica_id = $1", replica).await
+    }
+
+    async fn deregister(&self, replica: &str) -> StoreResult<()> {
+        self.replica_statement("delete from replica where replica_id = $1", replica).await
+    }
+
+    async fn replica_statement(&self, statement: &'static str, replica: &str) -> StoreResult<()> {
+        sqlx::query::<Postgres>(statement).bind(replica).execute(&self.pool).await.map_err(Self::error)?;
+        Ok(())
     }
 
     /// Queues the messages as notifications inside the transaction, then commits: PostgreSQL sends them

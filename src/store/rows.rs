@@ -17,6 +17,40 @@ use crate::domain::model::{
 use crate::domain::time::Timestamp;
 use crate::domain::{AgentId, PromptName, ResourceUri, Scope};
 
+/// A row as the database returns it, and the record it holds.
+pub(super) trait Decode {
+    type Record;
+    /// The record; `Corrupt` when what is stored no longer parses.
+    fn decode(self) -> StoreResult<Self::Record>;
+}
+
+/// Implements [`Decode`] for each `row => record` by the row's conversion method.
+macro_rules! decode_by {
+    ($($row:ty => $record:ty, $method:ident;)+) => {
+        $(impl Decode for $row {
+            type Record = $record;
+            fn decode(self) -> StoreResult<$record> {
+                self.$method()
+            }
+        })+
+    };
+}
+
+decode_by! {
+    AgentRow => Agent, into_agent;
+    KeyRow => KeyRecord, into_key;
+    ResourceRow => Resource, into_resource;
+    TemplateRow => ResourceTemplate, into_template;
+    PromptRow => Prompt, into_prompt;
+    ResourceContentRow => (Resource, Content), into_parts;
+    EventRow => ChangeEvent, into_event;
+    super::sql::keys::SubjectRow => crate::domain::subject::SubjectGrant, into_grant;
+    super::sql::sessions::SessionRow => crate::domain::session::Session, into_session;
+    super::sql::oauth_server::ClientRow => super::oauth_server::StoredClient, into_client;
+    super::sql::oauth_server::CodeRow => super::oauth_server::StoredCode, into_code;
+    super::sql::oauth_server::TokenRow => super::oauth_server::StoredToken, into_token;
+}
+
 #[derive(sqlx::FromRow)]
 pub(super) struct AgentRow {
     agent_id: String,
@@ -296,87 +330,85 @@ pub(super) fn record_digest<T: Serialize>(record: &T, content: Option<&Content>)
 }
 
 /// One record inside an audit segment's `records`: a JSON array of the fields its chain hash covers, in
-/// their order (src/domain/audit.rs), then its hash. The `audit_record` view names them.
+/// their order (src/domain/audit.rs), then its hash, read in the order of these fields. The `audit_record`
+/// view names them.
 #[derive(serde::Deserialize)]
-struct StoredAuditRecord(
-    AuditText,
-    AuditText,
-    Option<i64>,
-    i64,
-    AuditText,
-    AuditText,
-    AuditText,
-    AuditText,
-    Option<AuditText>,
-    Option<AuditText>,
-    Option<AuditText>,
-    Option<AuditText>,
-    Option<AuditText>,
-    Option<AuditText>,
-    Option<AuditText>,
-    Option<AuditText>,
-    Option<i32>,
-    Option<i64>,
-    Option<i64>,
-    Option<AuditText>,
-    Option<AuditText>,
-    Option<AuditText>,
-    Option<AuditText>,
-);
+struct StoredAuditRecord {
+    id: AuditText,
+    agent_id: AuditText,
+    chain_seq: Option<i64>,
+    occurred_at: i64,
+    kind: AuditText,
+    actor: AuditText,
+    action: AuditText,
+    target: AuditText,
+    before_digest: Option<AuditText>,
+    after_digest: Option<AuditText>,
+    request_id: Option<AuditText>,
+    key_id: Option<AuditText>,
+    key_prefix: Option<AuditText>,
+    session_id: Option<AuditText>,
+    method: Option<AuditText>,
+    outcome: Option<AuditText>,
+    error_code: Option<i32>,
+    bytes_out: Option<i64>,
+    latency_us: Option<i64>,
+    client_ip: Option<AuditText>,
+    user_agent: Option<AuditText>,
+    trace_id: Option<AuditText>,
+    hash: Option<AuditText>,
+}
 
 impl StoredAuditRecord {
     fn into_record(self, prev_hash: Option<AuditText>) -> AuditRecord {
-        let Self(
-            id,
-            agent_id,
-            chain_seq,
-            occurred_at,
-            kind,
-            actor,
-            action,
-            target,
-            before_digest,
-            after_digest,
-            request_id,
-            key_id,
-            key_prefix,
-            session_id,
-            method,
-            outcome,
-            error_code,
-            bytes_out,
-            latency_us,
-            client_ip,
-            user_agent,
-            trace_id,
-            hash,
-        ) = self;
         AuditRecord {
-            id,
-            agent_id,
-            occurred_at: Timestamp::from_micros(occurred_at),
-            kind,
-            actor,
-            action,
-            target,
-            before_digest,
-            after_digest,
-            request_id,
-            key_id,
-            key_prefix,
-            session_id,
-            method,
-            outcome,
-            error_code,
-            bytes_out,
-            latency_us,
-            client_ip,
-            user_agent,
-            trace_id,
-            chain_seq,
+            id: self.id,
+            agent_id: self.agent_id,
+            occurred_at: Timestamp::from_micros(self.occurred_at),
+            kind: self.kind,
+            actor: self.actor,
+            action: self.action,
+            target: self.target,
+            before_digest: self.before_digest,
+            after_digest: self.after_digest,
+            request_id: self.request_id,
+            key_id: self.key_id,
+            key_prefix: self.key_prefix,
+            session_id: self.session_id,
+            method: self.method,
+            outcome: self.outcome,
+            error_code: self.error_code,
+            bytes_out: self.bytes_out,
+            latency_us: self.latency_us,
+            client_ip: self.client_ip,
+            user_agent: self.user_agent,
+            trace_id: self.trace_id,
+            chain_seq: self.chain_seq,
             prev_hash,
-            hash,
+            hash: self.hash,
         }
+    }
+}
+
+/// The head of a chain as the database returns it: an agent's (`owner` its id) or a writer stream's.
+#[derive(sqlx::FromRow)]
+pub(super) struct HeadRow {
+    owner: String,
+    seq: i64,
+    hash: String,
+    pruned_seq: i64,
+    pruned_hash: String,
+}
+
+impl HeadRow {
+    pub(super) fn into_chain_head(self) -> crate::audit::chain::ChainHead {
+        let Self { owner, seq, hash, pruned_seq, pruned_hash } = self;
+        crate::audit::chain::ChainHead { agent_id: owner, seq, hash, pruned_seq, pruned_hash }
+    }
+
+    pub(super) fn into_stream_head(self) -> crate::audit::stream::StreamHead {
+        let Self { owner, seq, hash, pruned_seq, pruned_hash } = self;
+        crate::audit::stream::StreamHead { stream_id: owner, seq, hash, pruned_seq, pruned_hash }
     }
 }
 
@@ -400,7 +432,7 @@ impl AuditSegmentRow {
             .into_iter()
             .map(|record| {
                 // A record from before the chain existed has no hash, and none before it.
-                let prev_hash = record.22.as_ref().map(|hash| std::mem::replace(&mut prev, hash.clone()));
+                let prev_hash = record.hash.as_ref().map(|hash| std::mem::replace(&mut prev, hash.clone()));
                 record.into_record(prev_hash)
             })
             .collect())
@@ -448,12 +480,12 @@ pub(super) struct AuditStreamRow {
 }
 
 impl AuditStreamRow {
-    pub(super) fn into_verified(self) -> StoreResult<crate::domain::audit_stream::VerifiedRow> {
+    pub(super) fn into_verified(self) -> StoreResult<crate::audit::stream::VerifiedRow> {
         let records = match &self.records {
             Some(records) => Some(stream_records(&self.stream_id, self.seq, &self.heads, records)?),
             None => None,
         };
-        Ok(crate::domain::audit_stream::VerifiedRow {
+        Ok(crate::audit::stream::VerifiedRow {
             seq: self.seq,
             last_at: self.last_at,
             prev_hash: self.prev_hash,
@@ -467,7 +499,7 @@ impl AuditStreamRow {
 /// The records of stream `stream`'s row `seq`, each with the hash before it in its agent's chain (the first
 /// of each agent's from the row's heads).
 fn stream_records(stream: &str, seq: i64, heads: &str, records: &str) -> StoreResult<Vec<AuditRecord>> {
-    use crate::domain::audit_stream::RowHead;
+    use crate::audit::stream::RowHead;
     let corrupt =
         |error: serde_json::Error| StoreError::Corrupt(format!("audit row {stream}/{seq} does not parse: {error}"));
     let heads: Vec<RowHead> = serde_json::from_str(heads).map_err(corrupt)?;
@@ -477,8 +509,8 @@ fn stream_records(stream: &str, seq: i64, heads: &str, records: &str) -> StoreRe
     Ok(stored
         .into_iter()
         .map(|record| {
-            let hash = record.22.clone().unwrap_or_default();
-            let prev_hash = prev.get_mut(record.1.as_str()).map(|prev| std::mem::replace(prev, hash));
+            let hash = record.hash.clone().unwrap_or_default();
+            let prev_hash = prev.get_mut(record.agent_id.as_str()).map(|prev| std::mem::replace(prev, hash));
             record.into_record(prev_hash)
         })
         .collect())

@@ -1,129 +1,39 @@
-//! The SQL both backends share, and the one implementation of [`Store`](super::Store) they both expand.
+//! The SQL both backends share, and the one implementation of every store trait they both expand.
 //!
 //! SQLite and PostgreSQL accept the same statements here: `$n` placeholders, `returning`, `on conflict`,
 //! row-value comparisons. Ordering is bytewise in both (PostgreSQL's key columns are `collate "C"`). So the
-//! whole store is written once, in [`impl_store!`] (the transaction helpers, here) and [`methods`] (the
-//! `impl Store` block), and each backend expands it for its own type, supplying only what really differs:
-//! pools, how a write transaction begins, how a commit is announced on the bus, and how errors are
-//! classified. Pure decisions (what a change announces, error classes, prefix ranges) are plain functions
-//! here, tested without a database.
+//! whole store is written once, a file per concern, each a macro that implements its trait for a backend's
+//! type; [`impl_store!`] (here, with the transaction helpers every change uses) expands them all, and each
+//! backend expands it once for its own type, supplying only what really differs: pools, how a write
+//! transaction begins, how a commit is announced on the bus, how errors are classified, and the replica
+//! table. Pure decisions (what a change announces, error classes, prefix ranges) are plain functions here,
+//! tested without a database.
 
 use std::collections::HashSet;
 
 use sqlx::error::{DatabaseError, ErrorKind};
 
 use super::StoreError;
-use crate::domain::model::{AuditRecord, RateLimit, RateLimitPatch, Resource};
+use crate::domain::model::{RateLimit, RateLimitPatch, Resource};
 
-/// The `impl Store` block itself.
-pub(super) mod methods;
+/// Settings and agents: the `AgentStore` implementation.
+pub(super) mod agents;
+/// The audit log: the `AuditStore` implementation.
+pub(super) mod audit;
+/// How agents' audit records are cut into segments and chained.
+pub(super) mod audit_segment;
+/// The three registry collections, generic over their descriptor.
+pub(super) mod collections;
+/// API keys and subject grants: the `KeyStore` implementation.
+pub(super) mod keys;
 /// The built-in authorization server's clients, codes and tokens: the `OAuthServerStore` implementation.
 pub(super) mod oauth_server;
-/// Sessions, subscriptions, the event head and retention: inherent methods the `impl Store` block delegates to.
+/// What only resources do: the `RegistryStore` implementation and resources' writes.
+pub(super) mod registry;
+/// Live replicas, shared rate-limit buckets and the pool: the `ReplicaStore` implementation.
+pub(super) mod replicas;
+/// Sessions, subscriptions, the event table and retention: the `SessionStore` implementation.
 pub(super) mod sessions;
-/// The SQL of subject grants of an external authorization server.
-pub(super) mod subjects;
-
-/// The most records one audit segment holds: a listing or a chain walk decodes a segment whole, and a
-/// chain page finds the segment holding a position by looking this far back.
-pub(super) const AUDIT_SEGMENT_RECORDS: usize = 1_000;
-
-/// The longest stretch of occurrence time (µs) one audit segment spans: the listing looks this far past
-/// the newest time a page can show for segments holding records at or before it.
-pub(super) const AUDIT_SEGMENT_SPAN: i64 = 60_000_000;
-
-/// Audit segments one `insert` statement carries: 10 values each stays far below both backends' bound
-/// parameters (SQLite's 32,766).
-pub(super) const AUDIT_SEGMENTS_PER_INSERT: usize = 1_000;
-
-/// Keys one `update` of their last use names.
-pub(super) const KEYS_PER_TOUCH: usize = 1_000;
-
-/// Where one audit segment lies in an agent's records: a run of at most [`AUDIT_SEGMENT_RECORDS`] records
-/// spanning at most [`AUDIT_SEGMENT_SPAN`] of occurrence time (see the 0008 migration).
-pub(super) struct AuditSegment {
-    pub(super) records: std::ops::Range<usize>,
-    pub(super) first_at: i64,
-    pub(super) last_at: i64,
-}
-
-/// Cuts one agent's `records`, in chain order, into segments.
-pub(super) fn audit_segments(records: &[AuditRecord]) -> Vec<AuditSegment> {
-    let mut segments = Vec::new();
-    let mut start = 0;
-    let (mut first_at, mut last_at) = (0, 0);
-    for (i, record) in records.iter().enumerate() {
-        let at = record.occurred_at.as_micros();
-        let fits = i > start
-            && i - start < AUDIT_SEGMENT_RECORDS
-            && at.max(last_at).saturating_sub(at.min(first_at)) <= AUDIT_SEGMENT_SPAN;
-        if fits {
-            first_at = first_at.min(at);
-            last_at = last_at.max(at);
-            continue;
-        }
-        if i > start {
-            segments.push(AuditSegment { records: start..i, first_at, last_at });
-        }
-        start = i;
-        (first_at, last_at) = (at, at);
-    }
-    if start < records.len() {
-        segments.push(AuditSegment { records: start..records.len(), first_at, last_at });
-    }
-    segments
-}
-
-/// An audit segment as it is inserted.
-pub(super) struct AuditSegmentInsert<'a> {
-    pub(super) agent_id: &'a str,
-    pub(super) first_seq: i64,
-    pub(super) last_seq: i64,
-    pub(super) first_at: i64,
-    pub(super) last_at: i64,
-    pub(super) prev_hash: String,
-    pub(super) last_hash: String,
-    pub(super) records: String,
-}
-
-/// Chains one agent's `records` on after position `seq`, whose hash is `hash`, and encodes them in
-/// segments; sets each record's position. Returns the segments and the new head's hash.
-pub(super) fn chain_audit_segments<'a>(
-    agent_id: &'a str,
-    records: &mut [AuditRecord],
-    mut seq: i64,
-    mut hash: String,
-) -> Result<(Vec<AuditSegmentInsert<'a>>, String), StoreError> {
-    let mut segments = Vec::new();
-    for segment in audit_segments(records) {
-        let prev_hash = hash.clone();
-        let first_seq = seq + 1;
-        let mut out = Vec::with_capacity(segment.records.len() * 448 + 2);
-        out.push(b'[');
-        for record in &mut records[segment.records] {
-            seq += 1;
-            if out.len() > 1 {
-                out.push(b',');
-            }
-            record.chain_seq = Some(seq);
-            hash = crate::domain::audit::append_stored_record(&mut out, &hash, record, seq);
-        }
-        out.push(b']');
-        let records = String::from_utf8(out)
-            .map_err(|_| StoreError::Corrupt("an audit segment was not written as UTF-8".to_owned()))?;
-        segments.push(AuditSegmentInsert {
-            agent_id,
-            first_seq,
-            last_seq: seq,
-            first_at: segment.first_at,
-            last_at: segment.last_at,
-            prev_hash,
-            last_hash: hash.clone(),
-            records,
-        });
-    }
-    Ok((segments, hash))
-}
 
 /// `Ok` when `value` is within `max` (0 is unlimited), else the error `over` makes.
 pub(super) fn within(value: i64, max: u64, over: impl FnOnce() -> StoreError) -> Result<(), StoreError> {
@@ -283,58 +193,15 @@ macro_rules! stored_bytes {
     };
 }
 
-/// Columns of a resource as lists show it.
-macro_rules! resource_columns {
-    () => {
-        "uri, name, title, description, mime_type, size, annotations, meta, version, created_at, updated_at"
-    };
-}
+pub(super) use stored_bytes;
 
-/// Columns of a resource with its content.
-macro_rules! resource_content_columns {
-    () => {
-        concat!(resource_columns!(), ", content_text, content_blob")
-    };
-}
-
-macro_rules! agent_columns {
-    () => {
-        "agent_id, name, description, rate_limit_rps, rate_limit_burst, rate_limit_shared, cache_ttl_ms, \
-         audit_retention_days, epoch, created_at, updated_at"
-    };
-}
-
-macro_rules! key_columns {
-    () => {
-        "api_key_id, agent_id, name, prefix, scopes, created_at, expires_at, last_used_at, revoked_at, \
-         rate_limit_rps, rate_limit_burst, rate_limit_shared"
-    };
-}
-
-macro_rules! template_columns {
-    () => {
-        "uri_template, name, title, description, mime_type, annotations, text, created_at, updated_at"
-    };
-}
-
-macro_rules! prompt_columns {
-    () => {
-        "name, title, description, arguments, messages, created_at, updated_at"
-    };
-}
-
-pub(super) use {
-    agent_columns, key_columns, prompt_columns, resource_columns, resource_content_columns, stored_bytes,
-    template_columns,
-};
-
-/// Expands the [`Store`](super::Store) implementation for a backend: `impl_store!(Type, Database, "name")`.
+/// Expands every store trait's implementation for a backend: `impl_store!(Type, Database, "name")`.
 ///
 /// The backend's type provides, as inherent items:
+/// - a field `quotas: Quotas`;
 /// - `fn reader(&self) -> &sqlx::Pool<Db>` and `fn writer(&self) -> &sqlx::Pool<Db>`, and `fn pools(&self)`
 ///   listing each distinct pool once (for metrics);
 /// - `async fn begin_write(&self) -> StoreResult<sqlx::Transaction<'static, Db>>`;
-/// - `async fn replicas(&self) -> StoreResult<Vec<String>>`: the live replicas a change must reach;
 /// - `async fn commit(&self, tx, messages: Vec<BusMessage>) -> StoreResult<()>`: commits and makes sure the
 ///   messages reach every replica's bus exactly when the change is visible;
 /// - `async fn run_migrations(&self) -> StoreResult<()>`;
@@ -343,111 +210,123 @@ pub(super) use {
 ///   many, creating the head when missing, locking the heads in the order given; returns each head's new
 ///   position and its hash, in the same order;
 /// - `async fn store_audit_heads(tx, heads: &[(&str, String)]) -> StoreResult<()>`: sets each agent's head hash;
+/// - the replica table: `async fn replicas(&self) -> StoreResult<Vec<String>>` (the live replicas a change
+///   must reach), `register`, `refresh` and `deregister` (each `async fn(&self, replica: &str)`);
 /// - `fn error(error: sqlx::Error) -> StoreError`.
 macro_rules! impl_store {
     ($store:ty, $db:ty, $backend:literal) => {
         const _: () = {
-            use $crate::domain::audit::ChainHead;
-            use $crate::domain::audit_stream::{
+            use $crate::audit::chain::ChainHead;
+            use $crate::audit::stream::{
                 AuditStream, ROW_SPAN, RowHead, StreamHead, VerifiedRow, bucket_of, heads_pattern,
             };
             use $crate::domain::model::{
-                Actor, Agent, AgentPatch, AuditFilter, AuditPosition, AuditRecord, ChangeEvent, Content, KeyPatch,
-                KeyRecord, NewAgent, NewKey, NewPrompt, NewResource, NewResourceTemplate, Prompt, Resource,
-                ResourceTemplate,
+                Actor, Agent, AgentPatch, AuditAction, AuditFilter, AuditPosition, AuditRecord, ChangeEvent, Content,
+                KeyPatch, KeyRecord, NewAgent, NewKey, NewResource, Resource,
             };
             use $crate::domain::session::{Pruned, Session, SessionDigest};
             use $crate::domain::subject::SubjectGrant;
             use $crate::domain::time::Timestamp;
-            use $crate::domain::{AgentId, PromptName, ResourceUri};
+            use $crate::domain::{AgentId, KeyDigest, ResourceUri};
             use $crate::events::BusMessage;
+            use $crate::guard::limiter::{Limit, Outcome};
+            use $crate::registry::collection::{CollectionStore, Resources};
+            use $crate::store::prelude::*;
             use $crate::store::rows::{
-                AgentRow, AuditListRow, AuditSegmentRow, AuditStreamRow, EventRow, KeyRow, PromptRow,
-                ResourceContentRow, ResourceRow, TemplateRow, json_string, json_text, record_digest, scopes_text,
-                to_i64,
+                AgentRow, AuditListRow, AuditSegmentRow, AuditStreamRow, Decode, EventRow, HeadRow, KeyRow,
+                ResourceContentRow, ResourceRow, json_string, json_text, record_digest, scopes_text, to_i64,
             };
+            use $crate::store::sql::Change;
+            use $crate::store::sql::agents::agent_columns;
+            use $crate::store::sql::audit_segment::{
+                AUDIT_SEGMENT_RECORDS, AUDIT_SEGMENT_SPAN, AUDIT_SEGMENTS_PER_INSERT, chain_audit_segments,
+            };
+            use $crate::store::sql::collections::{
+                StoredCollection, WrittenCollection, resource_columns, resource_content_columns,
+            };
+            use $crate::store::sql::keys::{KEYS_PER_TOUCH, SubjectRow, key_columns, subject_columns};
             use $crate::store::sql::sessions::{PRUNE_BATCH, SessionRow};
-            use $crate::store::sql::subjects::{SubjectRow, subject_columns};
-            use $crate::store::sql::{
-                AUDIT_SEGMENT_RECORDS, AUDIT_SEGMENT_SPAN, AUDIT_SEGMENTS_PER_INSERT, Change, KEYS_PER_TOUCH,
-                agent_columns, chain_audit_segments, key_columns, merged_rate_limit, prefix_upper_bound,
-                prompt_columns, resource_columns, resource_content_columns, stored_bytes, template_columns,
-            };
-            use $crate::store::{After, BatchOutcome, Store, StoreError, StoreResult, Upserted};
+            use $crate::store::sql::{merged_rate_limit, prefix_upper_bound, stored_bytes};
+            use $crate::store::{After, BatchOutcome, PoolUsage, Quotas, StoreError, StoreResult, Upserted};
 
             type Tx = sqlx::Transaction<'static, $db>;
+            /// A statement of this backend.
+            type Statement<'q> = sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments>;
+            /// A query of this backend whose rows are `R`s.
+            type Query<'q, R> = sqlx::query::QueryAs<'q, $db, R, <$db as sqlx::Database>::Arguments>;
 
-            #[async_trait::async_trait]
-            impl $crate::registry::collection::CollectionStore<$crate::registry::collection::Resources> for $store {
-                async fn put(
-                    &self,
-                    agent: &AgentId,
-                    new: &NewResource,
-                    actor: &Actor,
-                ) -> StoreResult<Upserted<Resource>> {
-                    self.put_resource(agent, new, actor).await
-                }
-                async fn list(&self, agent: &AgentId, after: After<'_>, limit: u32) -> StoreResult<Vec<Resource>> {
-                    self.list_resources(agent, after, limit).await
-                }
-                async fn get(&self, agent: &AgentId, key: &ResourceUri) -> StoreResult<Option<Resource>> {
-                    Ok(self.get_resource(agent, key.as_str()).await?.map(|(resource, _)| resource))
-                }
-                async fn delete(&self, agent: &AgentId, key: &ResourceUri, actor: &Actor) -> StoreResult<()> {
-                    self.delete_resource(agent, key, actor).await
-                }
-            }
+            /// A row this backend reads, and decodes into a record.
+            trait Readable: Decode + Send + Unpin + for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row> {}
+            impl<R: Decode + Send + Unpin + for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row>> Readable for R {}
 
-            #[async_trait::async_trait]
-            impl $crate::registry::collection::CollectionStore<$crate::registry::collection::Templates> for $store {
-                async fn put(
-                    &self,
-                    agent: &AgentId,
-                    new: &NewResourceTemplate,
-                    actor: &Actor,
-                ) -> StoreResult<Upserted<ResourceTemplate>> {
-                    self.put_template(agent, new, actor).await
-                }
-                async fn list(
-                    &self,
-                    agent: &AgentId,
-                    after: After<'_>,
-                    limit: u32,
-                ) -> StoreResult<Vec<ResourceTemplate>> {
-                    self.list_templates(agent, after, limit).await
-                }
-                async fn get(&self, agent: &AgentId, key: &String) -> StoreResult<Option<ResourceTemplate>> {
-                    self.get_template(agent, key).await
-                }
-                async fn delete(&self, agent: &AgentId, key: &String, actor: &Actor) -> StoreResult<()> {
-                    self.delete_template(agent, key, actor).await
-                }
-            }
-
-            #[async_trait::async_trait]
-            impl $crate::registry::collection::CollectionStore<$crate::registry::collection::Prompts> for $store {
-                async fn put(&self, agent: &AgentId, new: &NewPrompt, actor: &Actor) -> StoreResult<Upserted<Prompt>> {
-                    self.put_prompt(agent, new, actor).await
-                }
-                async fn list(&self, agent: &AgentId, after: After<'_>, limit: u32) -> StoreResult<Vec<Prompt>> {
-                    self.list_prompts(agent, after, limit).await
-                }
-                async fn get(&self, agent: &AgentId, key: &PromptName) -> StoreResult<Option<Prompt>> {
-                    self.get_prompt(agent, key).await
-                }
-                async fn delete(&self, agent: &AgentId, key: &PromptName, actor: &Actor) -> StoreResult<()> {
-                    self.delete_prompt(agent, key, actor).await
-                }
-            }
+            /// Where this backend's statements run: a pool or a transaction's connection.
+            trait Executor<'c>: sqlx::Executor<'c, Database = $db> {}
+            impl<'c, E: sqlx::Executor<'c, Database = $db>> Executor<'c> for E {}
 
             /// One audit row of an admin change.
             struct Audit<'a> {
                 agent: &'a AgentId,
                 actor: &'a Actor,
-                action: &'static str,
+                action: AuditAction,
                 target: &'a str,
                 before: Option<String>,
                 after: Option<String>,
+            }
+
+            impl<'a> Audit<'a> {
+                /// The audit row of `action` on `target`, with the digests of the record before and after.
+                fn of<T: serde::Serialize>(
+                    agent: &'a AgentId,
+                    actor: &'a Actor,
+                    action: AuditAction,
+                    target: &'a str,
+                    before: Option<&T>,
+                    after: Option<&T>,
+                ) -> Self {
+                    let digest = |record| record_digest(record, None);
+                    Audit { agent, actor, action, target, before: before.map(digest), after: after.map(digest) }
+                }
+
+                /// The audit row of a resource's change: its digests cover the content too.
+                fn with_content(
+                    agent: &'a AgentId,
+                    actor: &'a Actor,
+                    action: AuditAction,
+                    target: &'a str,
+                    before: Option<(&Resource, &Content)>,
+                    after: Option<(&Resource, &Content)>,
+                ) -> Self {
+                    let digest = |(record, content)| record_digest(record, Some(content));
+                    Audit { agent, actor, action, target, before: before.map(digest), after: after.map(digest) }
+                }
+            }
+
+            impl $store {
+                /// The record of the row `query` finds through `executor`, if any.
+                async fn one<'c, R: Readable>(
+                    query: Query<'_, R>,
+                    executor: impl Executor<'c>,
+                ) -> StoreResult<Option<R::Record>> {
+                    query.fetch_optional(executor).await.map_err(Self::error)?.map(R::decode).transpose()
+                }
+
+                /// The records of every row `query` finds through `executor`, in order.
+                async fn all<'c, R: Readable>(
+                    query: Query<'_, R>,
+                    executor: impl Executor<'c>,
+                ) -> StoreResult<Vec<R::Record>> {
+                    query.fetch_all(executor).await.map_err(Self::error)?.into_iter().map(R::decode).collect()
+                }
+
+                /// Enforces `quotas` from now on.
+                pub fn with_quotas(mut self, quotas: Quotas) -> Self {
+                    self.quotas = quotas;
+                    self
+                }
+
+                fn quotas(&self) -> &Quotas {
+                    &self.quotas
+                }
             }
 
             /// Statements used inside write transactions.
@@ -495,7 +374,7 @@ macro_rules! impl_store {
                         occurred_at: now,
                         kind: "admin".into(),
                         actor: audit.actor.name.as_str().into(),
-                        action: audit.action.into(),
+                        action: audit.action.as_str().into(),
                         target: audit.target.into(),
                         before_digest: audit.before.map(Into::into),
                         after_digest: audit.after.map(Into::into),
@@ -503,84 +382,6 @@ macro_rules! impl_store {
                         ..AuditRecord::default()
                     };
                     Self::append_audit_in(tx, std::slice::from_mut(&mut record)).await
-                }
-
-                /// Appends `records` to their agents' hash chains and stores them as segments (one agent's
-                /// run of records in a row; see the 0008 migration), inside `tx`, leaving them sorted by agent
-                /// (each agent's in the order they came) with their chain positions set. The statement that
-                /// reserves the records' positions locks each agent's head row (agents in sorted order, so
-                /// concurrent writers never deadlock); a batch costs the same few statements however many
-                /// agents it spans.
-                async fn append_audit_in(tx: &mut Tx, records: &mut [AuditRecord]) -> StoreResult<()> {
-                    // Stable: each agent's records keep their order, which is their order in its chain.
-                    records.sort_by(|a, b| a.agent_id.cmp(&b.agent_id));
-                    let mut counts: Vec<(String, i64)> = Vec::new();
-                    for record in records.iter() {
-                        match counts.last_mut() {
-                            Some((agent, count)) if *agent == record.agent_id => *count += 1,
-                            _ => counts.push((record.agent_id.to_string(), 1)),
-                        }
-                    }
-                    let reserved = Self::reserve_audit_positions(tx, &counts).await?;
-                    // A batch holds thousands of records: hashing and encoding them is milliseconds of work.
-                    let chained = $crate::store::off_the_workers(records.len(), || {
-                        let mut heads = Vec::with_capacity(counts.len());
-                        let mut segments = Vec::new();
-                        let mut rest = &mut records[..];
-                        for ((agent, count), (last, hash)) in counts.iter().zip(reserved) {
-                            let (mine, others) = std::mem::take(&mut rest).split_at_mut(*count as usize);
-                            rest = others;
-                            let (chained, head) = chain_audit_segments(agent, mine, last - count, hash)?;
-                            segments.extend(chained);
-                            heads.push((agent.as_str(), head));
-                        }
-                        Ok::<_, StoreError>((heads, segments))
-                    });
-                    let (heads, segments) = chained?;
-                    Self::store_audit_heads(tx, &heads).await?;
-                    let now = Timestamp::now().as_micros();
-                    for chunk in segments.chunks(AUDIT_SEGMENTS_PER_INSERT) {
-                        let mut insert = sqlx::QueryBuilder::<$db>::new(
-                            "insert into audit_segment (agent_id, first_seq, last_seq, first_at, last_at, prev_hash, \
-                             last_hash, records, created_at, updated_at) ",
-                        );
-                        insert.push_values(chunk, |mut row, segment| {
-                            row.push_bind(segment.agent_id)
-                                .push_bind(segment.first_seq)
-                                .push_bind(segment.last_seq)
-                                .push_bind(segment.first_at)
-                                .push_bind(segment.last_at)
-                                .push_bind(segment.prev_hash.as_str())
-                                .push_bind(segment.last_hash.as_str())
-                                .push_bind(segment.records.as_str())
-                                .push_bind(now)
-                                .push_bind(now);
-                        });
-                        // Only the one-row insert (an admin change's, a one-agent batch's) is kept prepared, so
-                        // that other row counts do not push the connection's prepared statements out.
-                        insert.build().persistent(chunk.len() == 1).execute(&mut **tx).await.map_err(Self::error)?;
-                    }
-                    Ok(())
-                }
-
-                /// After resources changed in `tx`: refuses (rolling back) what takes `agent` over its resource
-                /// count, or it or the gateway over the byte quotas.
-                async fn check_resource_quotas(&self, tx: &mut Tx, agent: &AgentId) -> StoreResult<()> {
-                    let max = self.quotas().max_resources_per_agent;
-                    if max > 0 {
-                        let count = sqlx::query_scalar::<$db, i64>("select count(*) from resource where agent_id = $1")
-                            .bind(agent.as_str())
-                            .fetch_one(&mut **tx)
-                            .await
-                            .map_err(Self::error)?;
-                        $crate::store::sql::within(count, max, || {
-                            StoreError::TooMany(format!(
-                                "agent {agent} would hold {count} resources; at most {max} are allowed \
-                                 (limits.max_resources_per_agent)"
-                            ))
-                        })?;
-                    }
-                    self.check_byte_quotas(tx, agent).await
                 }
 
                 /// After anything of `agent` was stored in `tx`: refuses (rolling back) what takes it or the
@@ -617,35 +418,6 @@ macro_rules! impl_store {
                     Ok(())
                 }
 
-                /// After a template or prompt was stored in `tx`: refuses (rolling back) what takes `agent` over
-                /// its count quota. `table` is `resource_template` or `prompt`.
-                async fn check_count_quota(
-                    tx: &mut Tx,
-                    agent: &AgentId,
-                    table: &'static str,
-                    max: u64,
-                    key: &'static str,
-                ) -> StoreResult<()> {
-                    if max == 0 {
-                        return Ok(());
-                    }
-                    let query = match table {
-                        "resource_template" => "select count(*) from resource_template where agent_id = $1",
-                        _ => "select count(*) from prompt where agent_id = $1",
-                    };
-                    let count = sqlx::query_scalar::<$db, i64>(query)
-                        .bind(agent.as_str())
-                        .fetch_one(&mut **tx)
-                        .await
-                        .map_err(Self::error)?;
-                    let what = if table == "prompt" { "prompts" } else { "resource templates" };
-                    $crate::store::sql::within(count, max, || {
-                        StoreError::TooMany(format!(
-                            "agent {agent} would hold {count} {what}; at most {max} are allowed (limits.{key})"
-                        ))
-                    })
-                }
-
                 /// A registry change's bookkeeping: its event row, then the commit that announces it.
                 async fn finish_change(
                     &self,
@@ -658,139 +430,36 @@ macro_rules! impl_store {
                     Self::insert_event(&mut tx, agent, seq, change, now).await?;
                     self.commit(tx, vec![BusMessage::Change { agent: agent.clone(), seq }]).await
                 }
+            }
 
-                async fn resource_in(
-                    tx: &mut Tx,
-                    agent: &AgentId,
-                    uri: &str,
-                ) -> StoreResult<Option<(Resource, Content)>> {
-                    sqlx::query_as::<$db, ResourceContentRow>(concat!(
-                        "select ",
-                        resource_content_columns!(),
-                        " from resource where agent_id = $1 and uri = $2"
-                    ))
-                    .bind(agent.as_str())
-                    .bind(uri)
-                    .fetch_optional(&mut **tx)
-                    .await
-                    .map_err(Self::error)?
-                    .map(ResourceContentRow::into_parts)
-                    .transpose()
+            #[async_trait::async_trait]
+            impl Store for $store {
+                async fn migrate(&self) -> StoreResult<()> {
+                    self.run_migrations().await
                 }
 
-                /// Creates or replaces one resource and writes its audit row; returns the stored resource
-                /// and the one it replaced.
-                async fn upsert_resource_in(
-                    tx: &mut Tx,
-                    agent: &AgentId,
-                    new: &NewResource,
-                    actor: &Actor,
-                    now: Timestamp,
-                ) -> StoreResult<(Option<Resource>, Resource)> {
-                    let before = Self::resource_in(tx, agent, new.uri.as_str()).await?;
-                    let after = Resource {
-                        uri: new.uri.clone(),
-                        name: new.name.clone(),
-                        title: new.title.clone(),
-                        description: new.description.clone(),
-                        mime_type: new.mime_type.clone(),
-                        size: new.content.size(),
-                        annotations: new.annotations.clone(),
-                        meta: new.meta.clone(),
-                        version: before.as_ref().map_or(1, |(old, _)| old.version + 1),
-                        created_at: before.as_ref().map_or(now, |(old, _)| old.created_at),
-                        updated_at: now,
-                    };
-                    let (text, blob) = match &new.content {
-                        Content::Text(text) => (Some(text.as_str()), None),
-                        Content::Blob(bytes) => (None, Some(bytes.as_slice())),
-                    };
-                    let statement = if before.is_some() {
-                        "update resource set name = $3, title = $4, description = $5, mime_type = $6, \
-                         content_text = $7, content_blob = $8, size = $9, annotations = $10, meta = $11, \
-                         version = $12, updated_at = $14 where agent_id = $1 and uri = $2"
-                    } else {
-                        "insert into resource (agent_id, uri, name, title, description, mime_type, content_text, \
-                         content_blob, size, annotations, meta, version, created_at, updated_at) \
-                         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
-                    };
-                    sqlx::query::<$db>(statement)
-                        .bind(agent.as_str())
-                        .bind(after.uri.as_str())
-                        .bind(after.name.as_str())
-                        .bind(after.title.as_deref())
-                        .bind(after.description.as_deref())
-                        .bind(after.mime_type.as_deref())
-                        .bind(text)
-                        .bind(blob)
-                        .bind(to_i64(after.size))
-                        .bind(json_text(after.annotations.as_ref()))
-                        .bind(json_text(after.meta.as_ref()))
-                        .bind(after.version)
-                        .bind(after.created_at.as_micros())
-                        .bind(now.as_micros())
-                        .execute(&mut **tx)
-                        .await
-                        .map_err(Self::error)?;
-                    let audit = Audit {
-                        agent,
-                        actor,
-                        action: "resource.put",
-                        target: after.uri.as_str(),
-                        before: before.as_ref().map(|(old, content)| record_digest(old, Some(content))),
-                        after: Some(record_digest(&after, Some(&new.content))),
-                    };
-                    Self::insert_audit(tx, audit, now).await?;
-                    Ok((before.map(|(old, _)| old), after))
+                async fn ping(&self) -> StoreResult<()> {
+                    sqlx::query::<$db>("select 1").execute(self.reader()).await.map_err(Self::error)?;
+                    Ok(())
                 }
 
-                /// Deletes one resource and writes its audit row; `NotFound` when it does not exist.
-                async fn delete_resource_in(
-                    tx: &mut Tx,
-                    agent: &AgentId,
-                    uri: &ResourceUri,
-                    actor: &Actor,
-                    now: Timestamp,
-                ) -> StoreResult<()> {
-                    let (before, content) =
-                        Self::resource_in(tx, agent, uri.as_str()).await?.ok_or(StoreError::NotFound)?;
-                    sqlx::query::<$db>("delete from resource where agent_id = $1 and uri = $2")
-                        .bind(agent.as_str())
-                        .bind(uri.as_str())
-                        .execute(&mut **tx)
-                        .await
-                        .map_err(Self::error)?;
-                    let audit = Audit {
-                        agent,
-                        actor,
-                        action: "resource.delete",
-                        target: uri.as_str(),
-                        before: Some(record_digest(&before, Some(&content))),
-                        after: None,
-                    };
-                    Self::insert_audit(tx, audit, now).await
+                fn backend(&self) -> &'static str {
+                    $backend
                 }
 
-                async fn agent_in(tx: &mut Tx, id: &AgentId) -> StoreResult<Option<Agent>> {
-                    // A no-op update rather than `select ... for update` (which SQLite lacks): it locks the
-                    // row in PostgreSQL, so two concurrent patches cannot lose each other's fields.
-                    sqlx::query_as::<$db, AgentRow>(concat!(
-                        "update agent set updated_at = updated_at where agent_id = $1 returning ",
-                        agent_columns!()
-                    ))
-                    .bind(id.as_str())
-                    .fetch_optional(&mut **tx)
-                    .await
-                    .map_err(Self::error)?
-                    .map(AgentRow::into_agent)
-                    .transpose()
+                fn oauth_server(&self) -> &dyn $crate::store::oauth_server::OAuthServerStore {
+                    self
                 }
             }
 
-            $crate::store::sql::sessions::impl_session_sql!($store, $db);
-            $crate::store::sql::subjects::impl_subject_sql!($store, $db);
+            $crate::store::sql::agents::impl_agent_store!($store, $db);
+            $crate::store::sql::keys::impl_key_store!($store, $db);
+            $crate::store::sql::collections::impl_collection_store!($store, $db);
+            $crate::store::sql::registry::impl_registry_store!($store, $db);
+            $crate::store::sql::sessions::impl_session_store!($store, $db);
+            $crate::store::sql::audit::impl_audit_store!($store, $db);
+            $crate::store::sql::replicas::impl_replica_store!($store, $db);
             $crate::store::sql::oauth_server::impl_oauth_server_sql!($store, $db);
-            $crate::store::sql::methods::impl_store_methods!($store, $db, $backend);
         };
     };
 }

@@ -97,16 +97,6 @@ impl SqliteStore {
         &self.writer
     }
 
-    /// Enforces `quotas` from now on.
-    pub fn with_quotas(mut self, quotas: Quotas) -> Self {
-        self.quotas = quotas;
-        self
-    }
-
-    fn quotas(&self) -> &Quotas {
-        &self.quotas
-    }
-
     fn pools(&self) -> [&SqlitePool; 2] {
         [&self.writer, &self.reader]
     }
@@ -120,6 +110,19 @@ impl SqliteStore {
     /// SQLite serves one replica, which applies every change before the write returns: none to wait for.
     async fn replicas(&self) -> StoreResult<Vec<String>> {
         Ok(Vec::new())
+    }
+
+    /// Nothing waits for replicas: none to register, refresh or deregister.
+    async fn register(&self, _replica: &str) -> StoreResult<()> {
+        Ok(())
+    }
+
+    async fn refresh(&self, _replica: &str) -> StoreResult<()> {
+        Ok(())
+    }
+
+    async fn deregister(&self, _replica: &str) -> StoreResult<()> {
+        Ok(())
     }
 
     /// Commits, then announces the change in process: SQLite has no other replica to tell.

@@ -12,21 +12,42 @@ use tokio::sync::broadcast::Receiver;
 use tokio::sync::broadcast::error::TryRecvError;
 
 use super::postgres::PgStore;
+use super::prelude::*;
 use super::sqlite::SqliteStore;
 use super::{Store, StoreError};
+use crate::audit::stream::AuditStream;
 use crate::config::DatabaseConfig;
-use crate::domain::audit_stream::AuditStream;
 use crate::domain::model::AuditRecord;
 use crate::domain::model::{
     Actor, AgentPatch, Content, KeyPatch, NewAgent, NewKey, NewPrompt, NewResource, NewResourceTemplate, PromptMessage,
     RateLimit, RateLimitPatch, Role,
 };
-use crate::domain::{AgentId, PromptName, ResourceUri, Scope};
+use crate::domain::{AgentId, KeyDigest, KeyHasher, PromptName, ResourceUri, Scope};
 use crate::events::postgres::{LISTENER_APPLICATION_NAME, PgBus};
 use crate::events::{BusMessage, LocalBus};
 use crate::guard::limiter::{Limit, Outcome};
+use crate::registry::collection::{Collection, Prompts, Resources, Templates};
 
 pub(super) type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// A test per backend (`$sqlite`, `$postgres`), each running `$story` against a fresh store.
+macro_rules! on_both_backends {
+    ($sqlite:ident, $postgres:ident, $story:ident) => {
+        #[tokio::test]
+        async fn $sqlite() -> TestResult {
+            let file = ScratchFile::new();
+            let store = sqlite_store(&file.url(), LocalBus::new()).await?;
+            $story(&store).await
+        }
+
+        #[tokio::test]
+        async fn $postgres() -> TestResult {
+            let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
+            let store = pg_store(&db.url).await?;
+            $story(&store).await
+        }
+    };
+}
 
 fn agent_id(id: &str) -> AgentId {
     AgentId::parse(id).expect("test agent id")
@@ -51,13 +72,18 @@ fn new_agent(id: &str) -> NewAgent {
     }
 }
 
-fn new_key(agent: &str, digest: &str) -> NewKey {
+/// The digest a key is stored and found by, from a short tag.
+fn digest(tag: &str) -> KeyDigest {
+    KeyHasher::new(None).digest(tag)
+}
+
+fn new_key(agent: &str, tag: &str) -> NewKey {
     NewKey {
         id: uuid::Uuid::now_v7().to_string(),
         agent_id: agent_id(agent),
         name: Some("ci".to_owned()),
         prefix: "bak_abcdefgh".to_owned(),
-        digest: digest.to_owned(),
+        digest: digest(tag).to_hex(),
         scopes: vec![Scope::Mcp, Scope::Registry],
         expires_at: None,
         rate_limit: None,
@@ -156,10 +182,10 @@ async fn story(store: &dyn Store, bus: &mut Receiver<BusMessage>) -> TestResult 
     let k2 = store.create_key(&new_key("story", "d2"), &actor).await?;
     assert!(matches!(store.create_key(&new_key("nobody", "d3"), &actor).await, Err(StoreError::NotFound)));
     assert!(matches!(store.create_key(&new_key("story", "d1"), &actor).await, Err(StoreError::Conflict)));
-    let found = store.find_key("d1").await?.ok_or("key d1")?;
+    let found = store.find_key(&digest("d1")).await?.ok_or("key d1")?;
     assert_eq!((found.id.as_str(), found.agent_id.as_str()), (k1.id.as_str(), "story"));
     assert_eq!(found.scopes, [Scope::Mcp, Scope::Registry]);
-    assert!(store.find_key("unknown").await?.is_none());
+    assert!(store.find_key(&digest("unknown")).await?.is_none());
     let page = store.list_keys(&story, None, 1).await?;
     assert_eq!(page.iter().map(|k| k.id.as_str()).collect::<Vec<_>>(), [k1.id.as_str()]);
     let page = store.list_keys(&story, Some(&k1.id), 10).await?;
@@ -169,26 +195,26 @@ async fn story(store: &dyn Store, bus: &mut Receiver<BusMessage>) -> TestResult 
     store.revoke_key(&story, &k1.id, &actor).await?;
     let revoked = BusMessage::KeyRevoked { agent: agent_id("story"), key: k1.id.clone() };
     assert_eq!(next_message(bus).await, revoked);
-    let first_revocation = store.find_key("d1").await?.ok_or("key d1")?.revoked_at.ok_or("revoked")?;
+    let first_revocation = store.find_key(&digest("d1")).await?.ok_or("key d1")?.revoked_at.ok_or("revoked")?;
     store.revoke_key(&story, &k1.id, &actor).await?;
     assert_eq!(next_message(bus).await, revoked);
-    assert_eq!(store.find_key("d1").await?.ok_or("key d1")?.revoked_at, Some(first_revocation));
+    assert_eq!(store.find_key(&digest("d1")).await?.ok_or("key d1")?.revoked_at, Some(first_revocation));
     store.touch_keys(&[k2.id.clone(), k1.id.clone()]).await?;
-    assert!(store.find_key("d2").await?.ok_or("key d2")?.last_used_at.is_some());
-    assert!(store.find_key("d1").await?.ok_or("key d1")?.last_used_at.is_some());
+    assert!(store.find_key(&digest("d2")).await?.ok_or("key d2")?.last_used_at.is_some());
+    assert!(store.find_key(&digest("d1")).await?.ok_or("key d1")?.last_used_at.is_some());
 
     // Resources: create, replace content, replace metadata.
-    let put = store.put_resource(&story, &text_resource("x://b", "b", "one"), &actor).await?;
+    let put = Resources::store(store).put(&story, &text_resource("x://b", "b", "one"), &actor).await?;
     assert!(put.created);
     assert_eq!((put.item.version, put.item.size), (1, 3));
     assert_eq!(next_message(bus).await, change("story", 1));
     // Same size, same metadata: only the content changed.
-    let replaced = store.put_resource(&story, &text_resource("x://b", "b", "two"), &actor).await?;
+    let replaced = Resources::store(store).put(&story, &text_resource("x://b", "b", "two"), &actor).await?;
     assert!(!replaced.created);
     assert_eq!((replaced.item.version, replaced.item.size), (2, 3));
     assert_eq!(replaced.item.created_at, put.item.created_at);
     assert_eq!(next_message(bus).await, change("story", 2));
-    store.put_resource(&story, &text_resource("x://b", "renamed", "two"), &actor).await?;
+    Resources::store(store).put(&story, &text_resource("x://b", "renamed", "two"), &actor).await?;
     assert_eq!(next_message(bus).await, change("story", 3));
     let events = store.events_after(&story, 0, 100).await?;
     let summary: Vec<_> = events
@@ -206,17 +232,17 @@ async fn story(store: &dyn Store, bus: &mut Receiver<BusMessage>) -> TestResult 
 
     // Bytewise order: `B` < `_` < `a` < `b` < `b/` < `b0` (a locale collation would say otherwise).
     let blob = NewResource { content: Content::Blob(vec![0, 1, 2, 255]), ..text_resource("x://a", "a", "") };
-    store.put_resource(&story, &blob, &actor).await?;
+    Resources::store(store).put(&story, &blob, &actor).await?;
     for value in ["x://B", "x://_", "x://b/c", "x://b/c/d", "x://b0"] {
-        store.put_resource(&story, &text_resource(value, value, value), &actor).await?;
+        Resources::store(store).put(&story, &text_resource(value, value, value), &actor).await?;
     }
     for seq in 4..=9 {
         assert_eq!(next_message(bus).await, change("story", seq));
     }
     let order = ["x://B", "x://_", "x://a", "x://b", "x://b/c", "x://b/c/d", "x://b0"];
-    let listed = store.list_resources(&story, None, 100).await?;
+    let listed = Resources::store(store).list(&story, None, 100).await?;
     assert_eq!(listed.iter().map(|r| r.uri.as_str()).collect::<Vec<_>>(), order);
-    let page = store.list_resources(&story, Some("x://a"), 2).await?;
+    let page = Resources::store(store).list(&story, Some("x://a"), 2).await?;
     assert_eq!(page.iter().map(|r| r.uri.as_str()).collect::<Vec<_>>(), ["x://b", "x://b/c"]);
     let (resource, content) = store.get_resource(&story, "x://a").await?.ok_or("x://a")?;
     assert_eq!((resource.size, content), (4, Content::Blob(vec![0, 1, 2, 255])));
@@ -229,11 +255,11 @@ async fn story(store: &dyn Store, bus: &mut Receiver<BusMessage>) -> TestResult 
     assert!(store.directory_children(&story, "x://b/c/d/", 10).await?.is_empty());
 
     // Delete: list change plus an update for the URI; absent → NotFound and no sequence number used.
-    store.delete_resource(&story, &uri("x://a"), &actor).await?;
+    Resources::store(store).delete(&story, &uri("x://a"), &actor).await?;
     assert_eq!(next_message(bus).await, change("story", 10));
-    assert!(matches!(store.delete_resource(&story, &uri("x://a"), &actor).await, Err(StoreError::NotFound)));
+    assert!(matches!(Resources::store(store).delete(&story, &uri("x://a"), &actor).await, Err(StoreError::NotFound)));
     assert!(matches!(
-        store.delete_resource(&agent_id("nobody"), &uri("x://a"), &actor).await,
+        Resources::store(store).delete(&agent_id("nobody"), &uri("x://a"), &actor).await,
         Err(StoreError::NotFound)
     ));
 
@@ -271,31 +297,34 @@ async fn story(store: &dyn Store, bus: &mut Receiver<BusMessage>) -> TestResult 
     );
 
     // Templates: every change is a list change.
-    assert!(store.put_template(&story, &template("x://t/{name}", "t"), &actor).await?.created);
-    assert!(store.put_template(&story, &template("x://A/{name}", "a"), &actor).await?.created);
-    let replaced = store.put_template(&story, &template("x://t/{name}", "t2"), &actor).await?;
+    assert!(Templates::store(store).put(&story, &template("x://t/{name}", "t"), &actor).await?.created);
+    assert!(Templates::store(store).put(&story, &template("x://A/{name}", "a"), &actor).await?.created);
+    let replaced = Templates::store(store).put(&story, &template("x://t/{name}", "t2"), &actor).await?;
     assert!(!replaced.created);
-    let templates = store.list_templates(&story, None, 10).await?;
+    let templates = Templates::store(store).list(&story, None, 10).await?;
     assert_eq!(templates.iter().map(|t| t.uri_template.as_str()).collect::<Vec<_>>(), ["x://A/{name}", "x://t/{name}"]);
     assert_eq!(templates[1].name, "t2");
     assert_eq!(templates[1].annotations, Some(json!({"audience": ["user"]})));
-    assert_eq!(store.list_templates(&story, Some("x://A/{name}"), 10).await?.len(), 1);
-    store.delete_template(&story, "x://A/{name}", &actor).await?;
-    assert!(matches!(store.delete_template(&story, "x://A/{name}", &actor).await, Err(StoreError::NotFound)));
+    assert_eq!(Templates::store(store).list(&story, Some("x://A/{name}"), 10).await?.len(), 1);
+    Templates::store(store).delete(&story, &"x://A/{name}".to_owned(), &actor).await?;
+    assert!(matches!(
+        Templates::store(store).delete(&story, &"x://A/{name}".to_owned(), &actor).await,
+        Err(StoreError::NotFound)
+    ));
 
     // Prompts: every change is a prompt list change.
-    assert!(store.put_prompt(&story, &prompt("summarise", "Summarise {{ topic }}"), &actor).await?.created);
-    assert!(!store.put_prompt(&story, &prompt("summarise", "Sum up {{ topic }}"), &actor).await?.created);
-    store.put_prompt(&story, &prompt("Ask", "Ask"), &actor).await?;
-    let prompts = store.list_prompts(&story, None, 10).await?;
+    assert!(Prompts::store(store).put(&story, &prompt("summarise", "Summarise {{ topic }}"), &actor).await?.created);
+    assert!(!Prompts::store(store).put(&story, &prompt("summarise", "Sum up {{ topic }}"), &actor).await?.created);
+    Prompts::store(store).put(&story, &prompt("Ask", "Ask"), &actor).await?;
+    let prompts = Prompts::store(store).list(&story, None, 10).await?;
     assert_eq!(prompts.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["Ask", "summarise"]);
-    assert_eq!(store.list_prompts(&story, Some("Ask"), 10).await?.len(), 1);
+    assert_eq!(Prompts::store(store).list(&story, Some("Ask"), 10).await?.len(), 1);
     let name = PromptName::parse("summarise")?;
-    let fetched = store.get_prompt(&story, &name).await?.ok_or("prompt")?;
+    let fetched = Prompts::store(store).get(&story, &name).await?.ok_or("prompt")?;
     assert_eq!(fetched.messages[0].content["text"], "Sum up {{ topic }}");
-    store.delete_prompt(&story, &name, &actor).await?;
-    assert!(store.get_prompt(&story, &name).await?.is_none());
-    assert!(matches!(store.delete_prompt(&story, &name, &actor).await, Err(StoreError::NotFound)));
+    Prompts::store(store).delete(&story, &name, &actor).await?;
+    assert!(Prompts::store(store).get(&story, &name).await?.is_none());
+    assert!(matches!(Prompts::store(store).delete(&story, &name, &actor).await, Err(StoreError::NotFound)));
     for seq in 13..=20 {
         assert_eq!(next_message(bus).await, change("story", seq));
     }
@@ -322,19 +351,19 @@ async fn story(store: &dyn Store, bus: &mut Receiver<BusMessage>) -> TestResult 
     store.delete_agent(&story, &actor).await?;
     assert_eq!(next_message(bus).await, BusMessage::AgentDeleted { agent: agent_id("story") });
     assert!(store.get_agent(&story).await?.is_none());
-    assert!(store.find_key("d2").await?.is_none());
+    assert!(store.find_key(&digest("d2")).await?.is_none());
     assert!(store.events_after(&story, 0, 100).await?.is_empty());
-    assert!(store.list_resources(&story, None, 100).await?.is_empty());
+    assert!(Resources::store(store).list(&story, None, 100).await?.is_empty());
     assert!(matches!(store.delete_agent(&story, &actor).await, Err(StoreError::NotFound)));
     assert!(matches!(
-        store.put_resource(&story, &text_resource("x://b", "b", "x"), &actor).await,
+        Resources::store(store).put(&story, &text_resource("x://b", "b", "x"), &actor).await,
         Err(StoreError::NotFound)
     ));
     // A re-created agent starts its sequence afresh, under a new epoch.
     let again = store.create_agent(&new_agent("story"), &actor).await?;
     assert_ne!(again.epoch, created.epoch);
     assert_eq!(next_message(bus).await, BusMessage::AgentChanged { agent: agent_id("story") });
-    store.put_resource(&story, &text_resource("x://b", "b", "x"), &actor).await?;
+    Resources::store(store).put(&story, &text_resource("x://b", "b", "x"), &actor).await?;
     assert_eq!(next_message(bus).await, change("story", 1));
     store.ping().await?;
     Ok(())
@@ -386,7 +415,7 @@ async fn limits(store: &dyn Store) -> TestResult {
     let merged = store.update_key(&agent, &key.id, &merge, &actor).await?;
     assert_eq!(merged.rate_limit, Some(RateLimit { requests_per_second: 5, burst: 20, shared: true }));
     assert_eq!(merged.name, None);
-    let found = store.find_key("ffff").await?.ok_or("the key")?;
+    let found = store.find_key(&digest("ffff")).await?.ok_or("the key")?;
     assert_eq!(found.rate_limit, merged.rate_limit);
     let clear = KeyPatch { rate_limit: Some(None), ..KeyPatch::default() };
     assert_eq!(store.update_key(&agent, &key.id, &clear, &actor).await?.rate_limit, None);
@@ -526,19 +555,7 @@ async fn concurrent_audit_batches(store: Arc<dyn Store>) -> TestResult {
     Ok(())
 }
 
-#[tokio::test]
-async fn sqlite_large_audit_batches() -> TestResult {
-    let file = ScratchFile::new();
-    let store = sqlite_store(&file.url(), LocalBus::new()).await?;
-    large_audit_batches(&store).await
-}
-
-#[tokio::test]
-async fn postgres_large_audit_batches() -> TestResult {
-    let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
-    let store = pg_store(&db.url).await?;
-    large_audit_batches(&store).await
-}
+on_both_backends!(sqlite_large_audit_batches, postgres_large_audit_batches, large_audit_batches);
 
 #[tokio::test]
 async fn sqlite_concurrent_audit_batches() -> TestResult {
@@ -623,7 +640,7 @@ async fn audit_writer_drops_only_what_the_database_refuses(count: usize, bad: us
 /// What the statements of a database before the audit segments (PostgreSQL's 0007, SQLite's 0005) held: an
 /// unchained record from before the chain existed, and a chain of three, with the chain's head.
 fn legacy_audit_rows() -> String {
-    use crate::domain::audit::{GENESIS, chain_hash};
+    use crate::audit::chain::{GENESIS, chain_hash};
     use crate::domain::time::Timestamp;
 
     let base = Timestamp::now().as_micros() - 3_600_000_000;
@@ -706,19 +723,7 @@ async fn postgres_legacy_audit_is_migrated() -> TestResult {
     legacy_audit_is_migrated(&store, count).await
 }
 
-#[tokio::test]
-async fn sqlite_limits() -> TestResult {
-    let file = ScratchFile::new();
-    let store = sqlite_store(&file.url(), LocalBus::new()).await?;
-    limits(&store).await
-}
-
-#[tokio::test]
-async fn postgres_limits() -> TestResult {
-    let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
-    let store = pg_store(&db.url).await?;
-    limits(&store).await
-}
+on_both_backends!(sqlite_limits, postgres_limits, limits);
 
 /// The audit actions written for the story's agent, oldest first.
 /// Read through the `audit_record` view, which shows every record of the segments as a row.
@@ -751,7 +756,7 @@ async fn concurrent_writers(store: Arc<dyn Store>, bus: &mut Receiver<BusMessage
         tokio::spawn(async move {
             for write in 0..WRITES {
                 let value = format!("x://w{writer}/{}", write % 5);
-                store.put_resource(&busy, &text_resource(&value, "r", "c"), &actor()).await?;
+                Resources::store(&*store).put(&busy, &text_resource(&value, "r", "c"), &actor()).await?;
             }
             Ok::<_, StoreError>(())
         })
@@ -839,6 +844,11 @@ async fn sqlite_concurrent_migrations_are_safe() -> TestResult {
     let config = DatabaseConfig::default();
     let stores =
         futures::future::try_join_all((0..4).map(|_| SqliteStore::connect(&url, &config, LocalBus::new()))).await?;
+    concurrent_migrations(&stores).await
+}
+
+/// Migrates `stores` (separate pools on one database) at once, then again, and uses them.
+async fn concurrent_migrations(stores: &[impl Store]) -> TestResult {
     futures::future::try_join_all(stores.iter().map(|store| store.migrate())).await?;
     stores[0].migrate().await?;
     stores[1].create_agent(&new_agent("story"), &actor()).await?;
@@ -927,13 +937,19 @@ pub(super) async fn pg_store(url: &str) -> Result<PgStore, StoreError> {
     Ok(store)
 }
 
+/// A migrated store on `url`, and a listener forwarding its database's notifications to the bus returned.
+async fn listening(url: &str) -> Result<(PgStore, Receiver<BusMessage>, PgBus), StoreError> {
+    let store = pg_store(url).await?;
+    let bus = LocalBus::new();
+    let messages = bus.subscribe();
+    let listener = PgBus::start(url, bus).await?;
+    Ok((store, messages, listener))
+}
+
 #[tokio::test]
 async fn postgres_story() -> TestResult {
     let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
-    let store = pg_store(&db.url).await?;
-    let bus = LocalBus::new();
-    let mut messages = bus.subscribe();
-    let mut listener = PgBus::start(&db.url, bus).await?;
+    let (store, mut messages, mut listener) = listening(&db.url).await?;
     story(&store, &mut messages).await?;
     let pool = sqlx::PgPool::connect(&db.url).await?;
     let actions: Vec<String> = sqlx::query_scalar(AUDIT_ACTIONS).fetch_all(&pool).await?;
@@ -946,11 +962,8 @@ async fn postgres_story() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_sequences_commit_in_order_under_concurrent_writers() -> TestResult {
     let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
-    let store = Arc::new(pg_store(&db.url).await?);
-    let bus = LocalBus::new();
-    let mut messages = bus.subscribe();
-    let mut listener = PgBus::start(&db.url, bus).await?;
-    concurrent_writers(store, &mut messages).await?;
+    let (store, mut messages, mut listener) = listening(&db.url).await?;
+    concurrent_writers(Arc::new(store), &mut messages).await?;
     listener.shutdown();
     Ok(())
 }
@@ -960,20 +973,13 @@ async fn postgres_concurrent_migrations_are_safe() -> TestResult {
     let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
     let config = DatabaseConfig::default();
     let stores = futures::future::try_join_all((0..4).map(|_| PgStore::connect(&db.url, &config))).await?;
-    futures::future::try_join_all(stores.iter().map(|store| store.migrate())).await?;
-    stores[0].migrate().await?;
-    stores[1].create_agent(&new_agent("story"), &actor()).await?;
-    assert!(stores[2].get_agent(&agent_id("story")).await?.is_some());
-    Ok(())
+    concurrent_migrations(&stores).await
 }
 
 #[tokio::test]
 async fn postgres_listener_resyncs_after_losing_its_connection() -> TestResult {
     let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
-    let store = pg_store(&db.url).await?;
-    let bus = LocalBus::new();
-    let mut messages = bus.subscribe();
-    let mut listener = PgBus::start(&db.url, bus).await?;
+    let (store, mut messages, mut listener) = listening(&db.url).await?;
     store.create_agent(&new_agent("story"), &actor()).await?;
     assert_eq!(next_message(&mut messages).await, BusMessage::AgentChanged { agent: agent_id("story") });
 
@@ -991,7 +997,8 @@ async fn postgres_listener_resyncs_after_losing_its_connection() -> TestResult {
         assert_eq!(next_message(&mut messages).await, BusMessage::Offline);
         assert_eq!(next_message(&mut messages).await, BusMessage::Resync);
         // Listening again: the next change arrives.
-        store.put_resource(&agent_id("story"), &text_resource("x://a", "a", "a"), &actor()).await?;
+        CollectionStore::<Resources>::put(&store, &agent_id("story"), &text_resource("x://a", "a", "a"), &actor())
+            .await?;
         assert_eq!(next_message(&mut messages).await, change("story", round));
     }
     listener.shutdown();

@@ -20,6 +20,7 @@ use crate::mcp::types::{
 };
 use crate::metrics::Limit;
 use crate::registry::cache::{Key, Loaded};
+use crate::registry::collection::{Collection, Prompts};
 use crate::registry::cursor::ListKind;
 use crate::store::StoreError;
 
@@ -40,7 +41,7 @@ impl McpMethod for ListPrompts {
         let agent = ctx.agent.id.clone();
         let max_bytes = ctx.state.config.limits.max_page_bytes;
         list(ctx, ListKind::Prompts, "prompts", self.cursor, |after| async move {
-            let rows = store.list_prompts(&agent, after.as_deref(), PAGE_SIZE + 1).await?;
+            let rows = Prompts::store(&*store).list(&agent, after.as_deref(), PAGE_SIZE + 1).await?;
             Page::from_items(rows.iter().map(mcp_prompt).collect(), |p: &McpPrompt| p.name.clone(), max_bytes)
         })
         .await
@@ -92,7 +93,7 @@ pub(crate) async fn find_prompt(ctx: &Context<'_>, name: &str) -> Result<Option<
     let found = ctx
         .registry()
         .get_or_load(&ctx.agent.id, Key::Prompt(name.to_owned()), || async move {
-            let Some(prompt) = store.get_prompt(&agent, &parsed).await? else {
+            let Some(prompt) = Prompts::store(&*store).get(&agent, &parsed).await? else {
                 return Ok(Loaded { value: None, bytes: Some(64) });
             };
             let bytes =

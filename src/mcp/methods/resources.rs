@@ -17,6 +17,7 @@ use crate::mcp::types::{
     Annotations, ListResult, McpResource, McpResourceTemplate, MetaObject, PaginatedRequestParams,
 };
 use crate::registry::cache::{Key, Loaded};
+use crate::registry::collection::{Collection, Resources, Templates};
 use crate::registry::cursor::ListKind;
 use crate::store::{StoreError, StoreResult};
 
@@ -137,7 +138,7 @@ impl McpMethod for ListResources {
         let agent = ctx.agent.id.clone();
         let max_bytes = ctx.state.config.limits.max_page_bytes;
         list(ctx, ListKind::Resources, "resources", self.cursor, |after| async move {
-            let rows = store.list_resources(&agent, after.as_deref(), PAGE_SIZE + 1).await?;
+            let rows = Resources::store(&*store).list(&agent, after.as_deref(), PAGE_SIZE + 1).await?;
             Page::from_items(rows.iter().map(mcp_resource).collect(), |r: &McpResource| r.uri.clone(), max_bytes)
         })
         .await
@@ -161,7 +162,7 @@ impl McpMethod for ListTemplates {
         let agent = ctx.agent.id.clone();
         let max_bytes = ctx.state.config.limits.max_page_bytes;
         list(ctx, ListKind::Templates, "resourceTemplates", self.cursor, |after| async move {
-            let rows = store.list_templates(&agent, after.as_deref(), PAGE_SIZE + 1).await?;
+            let rows = Templates::store(&*store).list(&agent, after.as_deref(), PAGE_SIZE + 1).await?;
             let items = rows.iter().map(mcp_template).collect();
             Page::from_items(items, |t: &McpResourceTemplate| t.uri_template.clone(), max_bytes)
         })

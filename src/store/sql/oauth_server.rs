@@ -11,6 +11,18 @@ use crate::domain::time::Timestamp;
 use crate::store::oauth_server::{NewCode, NewToken, StoredClient, StoredCode, StoredToken, TokenKind};
 use crate::store::{StoreError, StoreResult};
 
+/// A registered client by id, as [`ClientRow`] reads it.
+pub(in crate::store) const SELECT_CLIENT: &str = "select oauth_client_id, client_name, redirect_uris, last_used_at, \
+     created_at from oauth_client where oauth_client_id = $1";
+/// A code by digest, as [`CodeRow`] reads it.
+pub(in crate::store) const SELECT_CODE: &str = "select oauth_code_id, family_id, client_id, agent_id, api_key_id, \
+     redirect_uri, resource, scopes, code_challenge, expires_at, used_at, created_at from oauth_code \
+     where oauth_code_id = $1";
+/// A token by digest, as [`TokenRow`] reads it.
+pub(in crate::store) const SELECT_TOKEN: &str = "select oauth_token_id, kind, family_id, client_id, agent_id, \
+     api_key_id, resource, scopes, expires_at, used_at, revoked_at, created_at from oauth_token \
+     where oauth_token_id = $1";
+
 /// A registered client as the database returns it.
 #[derive(sqlx::FromRow)]
 pub(in crate::store) struct ClientRow {
@@ -125,7 +137,9 @@ macro_rules! impl_oauth_server_sql {
                 Exchange, GrantBounds, NewCode, NewToken, OAuthPruned, OAuthServerStore, StoredClient, StoredCode,
                 StoredToken,
             };
-            use $crate::store::sql::oauth_server::{ClientRow, CodeRow, TokenRow};
+            use $crate::store::sql::oauth_server::{
+                ClientRow, CodeRow, SELECT_CLIENT, SELECT_CODE, SELECT_TOKEN, TokenRow,
+            };
             use $crate::store::sql::sessions::PRUNE_BATCH;
             use $crate::store::{StoreError, StoreResult};
 
@@ -261,16 +275,7 @@ macro_rules! impl_oauth_server_sql {
                 }
 
                 async fn get_client(&self, id: &str) -> StoreResult<Option<StoredClient>> {
-                    sqlx::query_as::<$db, ClientRow>(
-                        "select oauth_client_id, client_name, redirect_uris, last_used_at, created_at \
-                         from oauth_client where oauth_client_id = $1",
-                    )
-                    .bind(id)
-                    .fetch_optional(self.reader())
-                    .await
-                    .map_err(Self::error)?
-                    .map(ClientRow::into_client)
-                    .transpose()
+                    Self::one(sqlx::query_as::<$db, ClientRow>(SELECT_CLIENT).bind(id), self.reader()).await
                 }
 
                 async fn touch_client(&self, id: &str, at: Timestamp) -> StoreResult<()> {
@@ -324,17 +329,7 @@ macro_rules! impl_oauth_server_sql {
                 }
 
                 async fn find_code(&self, digest: &str) -> StoreResult<Option<StoredCode>> {
-                    sqlx::query_as::<$db, CodeRow>(
-                        "select oauth_code_id, family_id, client_id, agent_id, api_key_id, redirect_uri, resource, \
-                         scopes, code_challenge, expires_at, used_at, created_at from oauth_code \
-                         where oauth_code_id = $1",
-                    )
-                    .bind(digest)
-                    .fetch_optional(self.reader())
-                    .await
-                    .map_err(Self::error)?
-                    .map(CodeRow::into_code)
-                    .transpose()
+                    Self::one(sqlx::query_as::<$db, CodeRow>(SELECT_CODE).bind(digest), self.reader()).await
                 }
 
                 async fn exchange_code(
@@ -384,17 +379,7 @@ macro_rules! impl_oauth_server_sql {
                 }
 
                 async fn find_token(&self, digest: &str) -> StoreResult<Option<StoredToken>> {
-                    sqlx::query_as::<$db, TokenRow>(
-                        "select oauth_token_id, kind, family_id, client_id, agent_id, api_key_id, resource, \
-                         scopes, expires_at, used_at, revoked_at, created_at from oauth_token \
-                         where oauth_token_id = $1",
-                    )
-                    .bind(digest)
-                    .fetch_optional(self.reader())
-                    .await
-                    .map_err(Self::error)?
-                    .map(TokenRow::into_token)
-                    .transpose()
+                    Self::one(sqlx::query_as::<$db, TokenRow>(SELECT_TOKEN).bind(digest), self.reader()).await
                 }
 
                 async fn rotate_refresh(

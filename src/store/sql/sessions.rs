@@ -1,10 +1,9 @@
 //! The SQL of legacy sessions, their subscriptions, the event head and retention, written once for both
 //! backends.
 //!
-//! Expanded by [`impl_store!`](super::impl_store) as inherent methods of each backend's store; the
-//! [`Store`](crate::store::Store) methods of the same names delegate here (so the trait's `impl` block stays
-//! one block and this file stays about one subject). Writes that other replicas must know of (a session
-//! ended, a subscription added or removed) commit with their bus message, like registry changes do.
+//! Expanded by [`impl_store!`](super::impl_store) as the [`SessionStore`](crate::store::SessionStore)
+//! implementation of each backend's store. Writes that other replicas must know of (a session ended, a
+//! subscription added or removed) commit with their bus message, like registry changes do.
 
 use crate::domain::AgentId;
 use crate::domain::session::{Session, SessionDigest};
@@ -39,11 +38,51 @@ impl SessionRow {
     }
 }
 
-/// Expands the session, subscription, event-head and pruning statements as inherent methods of `$store`.
-macro_rules! impl_session_sql {
+/// Expands the [`SessionStore`](crate::store::SessionStore) implementation for `$store`.
+macro_rules! impl_session_store {
     ($store:ty, $db:ty) => {
         impl $store {
-            async fn sql_create_session(
+            /// Runs one bounded `delete` statement (`$1` = `value`, `$2` = the batch size) until a batch
+            /// deletes less than a full batch; returns how many rows went.
+            async fn prune_batches(&self, statement: &'static str, value: i64) -> StoreResult<u64> {
+                let mut total = 0;
+                loop {
+                    let deleted = sqlx::query::<$db>(statement)
+                        .bind(value)
+                        .bind(PRUNE_BATCH)
+                        .execute(self.writer())
+                        .await
+                        .map_err(Self::error)?
+                        .rows_affected();
+                    total += deleted;
+                    if deleted < PRUNE_BATCH as u64 {
+                        return Ok(total);
+                    }
+                }
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl SessionStore for $store {
+            async fn announce(&self, message: BusMessage) -> StoreResult<()> {
+                let tx = self.begin_write().await?;
+                self.commit(tx, vec![message]).await
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %agent, after_seq = after_seq))]
+            async fn events_after(&self, agent: &AgentId, after_seq: i64, limit: u32) -> StoreResult<Vec<ChangeEvent>> {
+                let query = sqlx::query_as::<$db, EventRow>(
+                    "select agent_id, seq, updated_uris, resources_list_changed, prompts_list_changed, created_at \
+                     from event where agent_id = $1 and seq > $2 order by seq limit $3",
+                )
+                .bind(agent.as_str())
+                .bind(after_seq)
+                .bind(i64::from(limit));
+                Self::all(query, self.reader()).await
+            }
+
+            #[tracing::instrument(skip_all, fields(agent = %session.agent_id, session = %session.digest))]
+            async fn create_session(
                 &self,
                 session: &Session,
                 max_per_key: u32,
@@ -87,20 +126,18 @@ macro_rules! impl_session_sql {
                 Ok(true)
             }
 
-            async fn sql_get_session(&self, digest: &SessionDigest) -> StoreResult<Option<Session>> {
-                sqlx::query_as::<$db, SessionRow>(
+            #[tracing::instrument(skip_all, fields(session = %digest))]
+            async fn get_session(&self, digest: &SessionDigest) -> StoreResult<Option<Session>> {
+                let query = sqlx::query_as::<$db, SessionRow>(
                     "select session_id, agent_id, api_key_id, protocol_version, last_seen_at, created_at \
                      from session where session_id = $1",
                 )
-                .bind(digest.as_str())
-                .fetch_optional(self.reader())
-                .await
-                .map_err(Self::error)?
-                .map(SessionRow::into_session)
-                .transpose()
+                .bind(digest.as_str());
+                Self::one(query, self.reader()).await
             }
 
-            async fn sql_touch_session(&self, digest: &SessionDigest, at: Timestamp) -> StoreResult<()> {
+            #[tracing::instrument(skip_all, fields(session = %digest))]
+            async fn touch_session(&self, digest: &SessionDigest, at: Timestamp) -> StoreResult<()> {
                 sqlx::query::<$db>(
                     "update session set last_seen_at = $2, updated_at = $2 where session_id = $1 and last_seen_at < $2",
                 )
@@ -112,7 +149,8 @@ macro_rules! impl_session_sql {
                 Ok(())
             }
 
-            async fn sql_delete_session(&self, agent: &AgentId, digest: &SessionDigest) -> StoreResult<bool> {
+            #[tracing::instrument(skip_all, fields(agent = %agent, session = %digest))]
+            async fn delete_session(&self, agent: &AgentId, digest: &SessionDigest) -> StoreResult<bool> {
                 let mut tx = self.begin_write().await?;
                 let deleted = sqlx::query::<$db>("delete from session where session_id = $1 and agent_id = $2")
                     .bind(digest.as_str())
@@ -121,16 +159,13 @@ macro_rules! impl_session_sql {
                     .await
                     .map_err(Self::error)?
                     .rows_affected();
-                let messages = if deleted > 0 {
-                    vec![BusMessage::SessionEnded { agent: agent.clone(), session: digest.clone() }]
-                } else {
-                    Vec::new()
-                };
-                self.commit(tx, messages).await?;
+                let ended = BusMessage::SessionEnded { agent: agent.clone(), session: digest.clone() };
+                self.commit(tx, (deleted > 0).then_some(ended).into_iter().collect()).await?;
                 Ok(deleted > 0)
             }
 
-            async fn sql_subscribe(
+            #[tracing::instrument(skip_all, fields(agent = %agent, session = %digest))]
+            async fn subscribe(
                 &self,
                 agent: &AgentId,
                 digest: &SessionDigest,
@@ -162,16 +197,14 @@ macro_rules! impl_session_sql {
                 .await
                 .map_err(Self::error)?
                 .rows_affected();
-                let messages = if added > 0 {
-                    vec![BusMessage::Subscribed { agent: agent.clone(), session: digest.clone(), uri: uri.clone() }]
-                } else {
-                    Vec::new()
-                };
-                self.commit(tx, messages).await?;
+                let subscribed =
+                    BusMessage::Subscribed { agent: agent.clone(), session: digest.clone(), uri: uri.clone() };
+                self.commit(tx, (added > 0).then_some(subscribed).into_iter().collect()).await?;
                 Ok(true)
             }
 
-            async fn sql_unsubscribe(&self, agent: &AgentId, digest: &SessionDigest, uri: &str) -> StoreResult<()> {
+            #[tracing::instrument(skip_all, fields(agent = %agent, session = %digest))]
+            async fn unsubscribe(&self, agent: &AgentId, digest: &SessionDigest, uri: &str) -> StoreResult<()> {
                 let mut tx = self.begin_write().await?;
                 let removed = sqlx::query::<$db>("delete from session_subscription where session_id = $1 and uri = $2")
                     .bind(digest.as_str())
@@ -181,16 +214,15 @@ macro_rules! impl_session_sql {
                     .map_err(Self::error)?
                     .rows_affected();
                 // Only valid URIs are ever subscribed, so a removed one parses.
-                let messages = match ResourceUri::parse(uri) {
-                    Ok(uri) if removed > 0 => {
-                        vec![BusMessage::Unsubscribed { agent: agent.clone(), session: digest.clone(), uri }]
-                    }
-                    _ => Vec::new(),
-                };
-                self.commit(tx, messages).await
+                let unsubscribed = ResourceUri::parse(uri)
+                    .ok()
+                    .filter(|_| removed > 0)
+                    .map(|uri| BusMessage::Unsubscribed { agent: agent.clone(), session: digest.clone(), uri });
+                self.commit(tx, unsubscribed.into_iter().collect()).await
             }
 
-            async fn sql_subscriptions(&self, digest: &SessionDigest) -> StoreResult<Vec<String>> {
+            #[tracing::instrument(skip_all, fields(session = %digest))]
+            async fn subscriptions(&self, digest: &SessionDigest) -> StoreResult<Vec<String>> {
                 sqlx::query_scalar::<$db, String>(
                     "select uri from session_subscription where session_id = $1 order by uri",
                 )
@@ -200,7 +232,8 @@ macro_rules! impl_session_sql {
                 .map_err(Self::error)
             }
 
-            async fn sql_event_head(&self, agent: &AgentId) -> StoreResult<Option<(i64, i64)>> {
+            #[tracing::instrument(skip_all, fields(agent = %agent))]
+            async fn event_head(&self, agent: &AgentId) -> StoreResult<Option<(i64, i64)>> {
                 sqlx::query_as::<$db, (i64, i64)>("select epoch, event_seq from agent where agent_id = $1")
                     .bind(agent.as_str())
                     .fetch_optional(self.reader())
@@ -208,33 +241,15 @@ macro_rules! impl_session_sql {
                     .map_err(Self::error)
             }
 
-            /// Runs one bounded `delete` statement (`$1` = `value`, `$2` = the batch size) until a batch
-            /// deletes less than a full batch; returns how many rows went.
-            async fn sql_prune_batches(&self, statement: &'static str, value: i64) -> StoreResult<u64> {
-                let mut total = 0;
-                loop {
-                    let deleted = sqlx::query::<$db>(statement)
-                        .bind(value)
-                        .bind(PRUNE_BATCH)
-                        .execute(self.writer())
-                        .await
-                        .map_err(Self::error)?
-                        .rows_affected();
-                    total += deleted;
-                    if deleted < PRUNE_BATCH as u64 {
-                        return Ok(total);
-                    }
-                }
-            }
-
-            async fn sql_prune(
+            #[tracing::instrument(skip_all)]
+            async fn prune(
                 &self,
                 events_before: Timestamp,
                 keep_per_agent: u64,
                 sessions_idle_before: Timestamp,
             ) -> StoreResult<Pruned> {
                 let by_age = self
-                    .sql_prune_batches(
+                    .prune_batches(
                         "delete from event where (agent_id, seq) in \
                          (select agent_id, seq from event where created_at < $1 limit $2)",
                         events_before.as_micros(),
@@ -242,7 +257,7 @@ macro_rules! impl_session_sql {
                     .await?;
                 // Events more than `keep` behind their agent's last one: a range of the primary key per agent.
                 let by_count = self
-                    .sql_prune_batches(
+                    .prune_batches(
                         "delete from event where (agent_id, seq) in \
                          (select e.agent_id, e.seq from agent a join event e \
                           on e.agent_id = a.agent_id and e.seq <= a.event_seq - $1 \
@@ -251,7 +266,7 @@ macro_rules! impl_session_sql {
                     )
                     .await?;
                 let sessions = self
-                    .sql_prune_batches(
+                    .prune_batches(
                         "delete from session where session_id in \
                          (select session_id from session where last_seen_at < $1 limit $2)",
                         sessions_idle_before.as_micros(),
@@ -260,7 +275,7 @@ macro_rules! impl_session_sql {
                 // A shared token bucket whose theoretical arrival time has passed is full: forgetting it changes
                 // nothing (the next request starts a full one).
                 let rate_buckets = self
-                    .sql_prune_batches(
+                    .prune_batches(
                         "delete from rate_bucket where bucket in \
                          (select bucket from rate_bucket where tat < $1 limit $2)",
                         Timestamp::now().as_micros(),
@@ -272,4 +287,4 @@ macro_rules! impl_session_sql {
     };
 }
 
-pub(in crate::store) use impl_session_sql;
+pub(in crate::store) use impl_session_store;

@@ -1,0 +1,106 @@
+//! Agents' audit segments: how one agent's records are cut into segments and chained, without a database.
+//!
+//! An agent's own chain (admin changes, and MCP records from before the writer streams) is stored as
+//! segments, one agent's run of records in a row (see the 0008 migration); [`super::audit`] writes and
+//! reads them.
+
+use crate::domain::model::AuditRecord;
+use crate::store::StoreError;
+
+/// The most records one audit segment holds: a listing or a chain walk decodes a segment whole, and a
+/// chain page finds the segment holding a position by looking this far back.
+pub(in crate::store) const AUDIT_SEGMENT_RECORDS: usize = 1_000;
+
+/// The longest stretch of occurrence time (µs) one audit segment spans: the listing looks this far past
+/// the newest time a page can show for segments holding records at or before it.
+pub(in crate::store) const AUDIT_SEGMENT_SPAN: i64 = 60_000_000;
+
+/// Audit segments one `insert` statement carries: 10 values each stays far below both backends' bound
+/// parameters (SQLite's 32,766).
+pub(in crate::store) const AUDIT_SEGMENTS_PER_INSERT: usize = 1_000;
+
+/// Where one audit segment lies in an agent's records: a run of at most [`AUDIT_SEGMENT_RECORDS`] records
+/// spanning at most [`AUDIT_SEGMENT_SPAN`] of occurrence time (see the 0008 migration).
+pub(in crate::store) struct AuditSegment {
+    pub(in crate::store) records: std::ops::Range<usize>,
+    pub(in crate::store) first_at: i64,
+    pub(in crate::store) last_at: i64,
+}
+
+/// Cuts one agent's `records`, in chain order, into segments.
+pub(in crate::store) fn audit_segments(records: &[AuditRecord]) -> Vec<AuditSegment> {
+    let mut segments = Vec::new();
+    let mut start = 0;
+    let (mut first_at, mut last_at) = (0, 0);
+    for (i, record) in records.iter().enumerate() {
+        let at = record.occurred_at.as_micros();
+        let fits = i > start
+            && i - start < AUDIT_SEGMENT_RECORDS
+            && at.max(last_at).saturating_sub(at.min(first_at)) <= AUDIT_SEGMENT_SPAN;
+        if fits {
+            first_at = first_at.min(at);
+            last_at = last_at.max(at);
+            continue;
+        }
+        if i > start {
+            segments.push(AuditSegment { records: start..i, first_at, last_at });
+        }
+        start = i;
+        (first_at, last_at) = (at, at);
+    }
+    if start < records.len() {
+        segments.push(AuditSegment { records: start..records.len(), first_at, last_at });
+    }
+    segments
+}
+
+/// An audit segment as it is inserted.
+pub(in crate::store) struct AuditSegmentInsert<'a> {
+    pub(in crate::store) agent_id: &'a str,
+    pub(in crate::store) first_seq: i64,
+    pub(in crate::store) last_seq: i64,
+    pub(in crate::store) first_at: i64,
+    pub(in crate::store) last_at: i64,
+    pub(in crate::store) prev_hash: String,
+    pub(in crate::store) last_hash: String,
+    pub(in crate::store) records: String,
+}
+
+/// Chains one agent's `records` on after position `seq`, whose hash is `hash`, and encodes them in
+/// segments; sets each record's position. Returns the segments and the new head's hash.
+pub(in crate::store) fn chain_audit_segments<'a>(
+    agent_id: &'a str,
+    records: &mut [AuditRecord],
+    mut seq: i64,
+    mut hash: String,
+) -> Result<(Vec<AuditSegmentInsert<'a>>, String), StoreError> {
+    let mut segments = Vec::new();
+    for segment in audit_segments(records) {
+        let prev_hash = hash.clone();
+        let first_seq = seq + 1;
+        let mut out = Vec::with_capacity(segment.records.len() * 448 + 2);
+        out.push(b'[');
+        for record in &mut records[segment.records] {
+            seq += 1;
+            if out.len() > 1 {
+                out.push(b',');
+            }
+            record.chain_seq = Some(seq);
+            hash = crate::audit::chain::append_stored_record(&mut out, &hash, record, seq);
+        }
+        out.push(b']');
+        let records = String::from_utf8(out)
+            .map_err(|_| StoreError::Corrupt("an audit segment was not written as UTF-8".to_owned()))?;
+        segments.push(AuditSegmentInsert {
+            agent_id,
+            first_seq,
+            last_seq: seq,
+            first_at: segment.first_at,
+            last_at: segment.last_at,
+            prev_hash,
+            last_hash: hash.clone(),
+            records,
+        });
+    }
+    Ok((segments, hash))
+}
