@@ -9,6 +9,10 @@
 //!
 //! - [`config`]: the configuration (TOML file + `HIVEGATE_*` environment), validated at start-up.
 //! - [`app`]: [`app::Application`] wires store, bus, caches and the HTTP server; shutdown.
+//! - [`cli`] and [`commands`]: the command line, and what each `hivegate <subcommand>` runs besides `serve`;
+//!   [`client`] is the admin API client the registry commands (`agent`, `key`, ...) use.
+//! - [`allocator`]: mimalloc's options and purge thread (the binary's allocator).
+//! - [`task`]: [`task::AbortOnDrop`], a background task that ends with its owner.
 //! - [`http`]: the routers (public and operator listeners), their layer stack, limits on the request itself,
 //!   authentication and health endpoints.
 //! - [`tls`]: native TLS on the public listener; certificates reloaded when their files change.
@@ -25,6 +29,7 @@
 //! - [`audit`]: the batching writer of MCP request audit records (the hash chain is [`domain::audit`]).
 //! - [`metrics`]: every exported metric, and `GET /metrics`.
 //! - [`error`]: the admin API's error type and its one mapping to `application/problem+json`.
+//! - [`state`]: the shared state every handler gets; [`telemetry`]: logging and OpenTelemetry traces.
 //!
 //! # The life of an admin change
 //!
@@ -38,6 +43,8 @@
 
 /// The admin REST API.
 pub mod admin;
+/// mimalloc's options and the thread that returns freed memory to the system.
+pub mod allocator;
 /// Composition root: builds the application from its configuration and runs it.
 pub mod app;
 /// The batching writer of MCP request audit records.
@@ -46,10 +53,10 @@ pub mod audit;
 pub mod cli;
 /// The command line client of the admin API (`hivegate agent|key|resource|template|prompt`, `audit tail`).
 pub mod client;
+/// The one-shot commands (`migrate`, `healthcheck`, `config check`, ...) and the dispatch of the command line.
+pub mod commands;
 /// Configuration loading and validation.
 pub mod config;
-/// The effective configuration with each value's source (`hivegate config check`).
-pub mod config_report;
 /// The web console at `/console/`: server-rendered pages over the admin API's functions.
 pub mod console;
 /// Parse-don't-validate domain types.
@@ -77,6 +84,8 @@ pub mod registry;
 pub mod state;
 /// Storage backends.
 pub mod store;
+/// Background tasks that end with their owner.
+pub mod task;
 /// Logging, and OpenTelemetry traces (the `otel` feature); W3C trace context.
 pub mod telemetry;
 /// Native TLS on the listener, with certificates reloaded when their files change.

@@ -26,6 +26,7 @@ use tokio_rustls::server::TlsStream;
 
 use crate::config::{ConfigError, TlsConfig};
 use crate::metrics::{Metrics, OutcomeLabels};
+use crate::task::AbortOnDrop;
 
 /// The cryptography every TLS connection of hivegate uses: *ring*, as the HTTP client's rustls does.
 pub fn provider() -> Arc<CryptoProvider> {
@@ -166,9 +167,15 @@ impl ServerTls {
 
     /// Starts watching the files; the handshakes use whatever pair was loaded last.
     pub fn start(self, metrics: Arc<Metrics>) -> TlsHandshake {
-        let reloading =
-            tokio::spawn(reload(self.files, self.seen, self.current, self.provider, self.reload_interval, metrics));
-        TlsHandshake { acceptor: self.acceptor, timeout: self.handshake_timeout, _reloader: AbortOnDrop(reloading) }
+        let reloading = AbortOnDrop::spawn(reload(
+            self.files,
+            self.seen,
+            self.current,
+            self.provider,
+            self.reload_interval,
+            metrics,
+        ));
+        TlsHandshake { acceptor: self.acceptor, timeout: self.handshake_timeout, _reloader: reloading }
     }
 }
 
@@ -223,15 +230,6 @@ async fn reload(
         }
         // Either way this pair has been dealt with: it is looked at again only once it changes.
         seen = contents;
-    }
-}
-
-/// A background task that ends with its owner.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
