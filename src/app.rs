@@ -23,7 +23,7 @@ use crate::http::connection::Settings;
 use crate::http::serve::Listener;
 use crate::mcp::hub::Hub;
 use crate::mcp::session::Sessions;
-use crate::metrics::{Levels, Metrics};
+use crate::metrics::{Levels, ListenerName, Metrics};
 use crate::registry::cache::RegistryCache;
 use crate::registry::cursor::CursorCodec;
 use crate::state::{AppState, Shared};
@@ -276,12 +276,18 @@ impl Application {
             );
             Listener { tcp, tls, admission, settings: Arc::new(settings) }
         };
-        let public = listener("public", self.listener, self.tls, crate::http::router(self.state.clone()));
+        let public =
+            listener(ListenerName::Public.as_str(), self.listener, self.tls, crate::http::router(self.state.clone()));
         let public = crate::http::serve::serve(public, stopped(stopping.clone()));
         let operator = async {
             if let Some((tcp, address)) = self.operator {
                 tracing::info!(%address, "operator endpoints listening");
-                let operator = listener("operator", tcp, None, crate::http::operator_router(self.state.clone()));
+                let operator = listener(
+                    ListenerName::Operator.as_str(),
+                    tcp,
+                    None,
+                    crate::http::operator_router(self.state.clone()),
+                );
                 crate::http::serve::serve(operator, stopped(stopping.clone())).await;
             }
         };

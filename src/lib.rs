@@ -13,15 +13,16 @@
 //!   [`client`] is the admin API client the registry commands (`agent`, `key`, ...) use.
 //! - [`allocator`]: mimalloc's options and purge thread (the binary's allocator).
 //! - [`task`]: [`task::AbortOnDrop`], a background task that ends with its owner.
-//! - [`http`]: the routers (public and operator listeners), their layer stack, limits on the request itself,
-//!   authentication and health endpoints.
+//! - [`http`]: the routers (public and operator listeners), their layer stack, limits on the request itself
+//!   ([`http::request_limits`]: size, time), authentication and health endpoints.
 //! - [`tls`]: native TLS on the public listener; certificates reloaded when their files change.
 //! - [`admin`]: the REST admin API under `/admin/v1` and its OpenAPI document.
 //! - [`console`]: the web console at `/console/`, server-rendered over the admin API's functions.
 //! - [`mcp`]: the MCP endpoint `/{agent_id}/mcp`, both protocol eras; its module doc follows one request.
 //! - [`oauth`]: OAuth 2.1 on the MCP endpoint: metadata documents, access tokens (built-in or external
 //!   authorization server) resolved to the key each acts as.
-//! - [`guard`]: rate limits per key, agent and admin credential; failed authentications per client address.
+//! - [`guard`]: rate limits per key, agent and admin credential (how often); failed authentications per
+//!   client address.
 //! - [`registry`]: what the registry looks like from outside: pagination cursors, per-agent caches.
 //! - [`domain`]: identifiers, keys and records that are valid once they exist.
 //! - [`store`]: the [`store::Store`] trait and its SQLite and PostgreSQL implementations.

@@ -29,7 +29,7 @@ use crate::domain::model::{Agent, AuditRecord, AuditText, KeyRecord};
 use crate::domain::session::SessionToken;
 use crate::domain::time::Timestamp;
 use crate::http::REQUEST_ID;
-use crate::metrics::{McpLabels, McpMethodLabels};
+use crate::metrics::{McpLabels, McpMethodLabels, Outcome};
 use crate::state::AppState;
 use crate::telemetry::TraceParent;
 
@@ -273,8 +273,8 @@ where
     let elapsed = started.elapsed();
     let labels = McpMethodLabels { method: trail.metric_method, era: trail.era };
     state.metrics.mcp_duration.with(&labels, |histogram| histogram.observe(elapsed.as_secs_f64()));
-    let outcome = if is_ok { "ok" } else { "error" };
-    let labels = McpLabels { method: labels.method, era: labels.era, outcome };
+    let outcome = if is_ok { Outcome::Ok } else { Outcome::Error };
+    let labels = McpLabels { method: labels.method, era: labels.era, outcome: outcome.as_str() };
     state.metrics.mcp_requests.with(&labels, |counter| {
         counter.inc();
     });
