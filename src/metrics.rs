@@ -92,30 +92,18 @@ label_sets! {
         pub era: &'static str,
     }
 
-    pub struct ResultLabels {
-        /// `hit` or `miss` ([`CacheResult`]).
-        pub result: &'static str,
-    }
-
-    pub struct ScopeLabels {
-        /// What the refused limit applies to, e.g. `key`, `agent`, `admin`, `auth_failures`.
-        pub scope: &'static str,
-    }
-
-    pub struct LimitLabels {
-        /// The refusing limit's name ([`ConfiguredLimit::as_str`]).
-        pub limit: &'static str,
-    }
-
-    pub struct OutcomeLabels {
-        /// [`Outcome`] (TLS reloads) or [`TokenOutcome`] (access tokens).
-        pub outcome: &'static str,
-    }
-
-    pub struct ListenerLabels {
-        /// [`ListenerName`]: `public` (`listen`) or `operator` (`http.operator_listen`).
-        pub listener: &'static str,
-    }
+    /// `hit` or `miss` ([`CacheResult`]).
+    pub struct ResultLabels { pub result: &'static str, }
+    /// What the refused limit applies to, e.g. `key`, `agent`, `admin`, `auth_failures`.
+    pub struct ScopeLabels { pub scope: &'static str, }
+    /// The refusing limit's name ([`ConfiguredLimit::as_str`]).
+    pub struct LimitLabels { pub limit: &'static str, }
+    /// [`Outcome`] (TLS reloads) or [`TokenOutcome`] (access tokens).
+    pub struct OutcomeLabels { pub outcome: &'static str, }
+    /// [`ListenerName`]: `public` (`listen`) or `operator` (`http.operator_listen`).
+    pub struct ListenerLabels { pub listener: &'static str, }
+    /// [`UnreadBody`]: what became of the connection.
+    pub struct UnreadBodyLabels { pub outcome: &'static str, }
 
     pub struct ConnectionRefusedLabels {
         pub listener: &'static str,
@@ -127,11 +115,6 @@ label_sets! {
         pub listener: &'static str,
         /// `header_read` (`http.header_read_timeout_ms`) or `idle` (`http.idle_timeout_ms`).
         pub timeout: &'static str,
-    }
-
-    pub struct UnreadBodyLabels {
-        /// [`UnreadBody`]: what became of the connection.
-        pub outcome: &'static str,
     }
 }
 
@@ -455,67 +438,86 @@ impl Collector for Levels {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
         use std::sync::atomic::Ordering::Relaxed;
         let pool = self.store.pool_usage();
-        let gauges: [(&str, &str, i64); 7] = [
+        let levels: [(&str, &str, Level); 13] = [
             (
                 "streams_open",
                 "SSE streams open on this replica (legacy GET and subscriptions/listen)",
-                to_i64(self.hub.open_streams() as u64),
+                Level::Gauge(to_i64(self.hub.open_streams() as u64)),
             ),
-            ("cache_bytes", "Estimated bytes held by the registry cache", to_i64(self.registry.bytes() as u64)),
-            ("audit_queue_depth", "MCP audit records accepted but not yet written", to_i64(self.audit.backlog())),
+            (
+                "cache_bytes",
+                "Estimated bytes held by the registry cache",
+                Level::Gauge(to_i64(self.registry.bytes() as u64)),
+            ),
+            (
+                "audit_queue_depth",
+                "MCP audit records accepted but not yet written",
+                Level::Gauge(to_i64(self.audit.backlog())),
+            ),
             (
                 "audit_stream_agents",
                 "Agents whose audit chain head the writer's current stream holds in memory",
-                to_i64(self.audit.stream_agents.load(Relaxed)),
+                Level::Gauge(to_i64(self.audit.stream_agents.load(Relaxed))),
             ),
-            ("db_pool_connections", "Database connections open", i64::from(pool.size)),
-            ("db_pool_idle_connections", "Database connections open and idle", to_i64(pool.idle as u64)),
-            ("db_pool_max_connections", "Database connections allowed", i64::from(pool.max)),
-        ];
-        for (name, help, value) in gauges {
-            let gauge = ConstGauge::new(value);
-            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
-        }
-        let seconds: [(&str, &str, u64); 2] = [
+            ("db_pool_connections", "Database connections open", Level::Gauge(i64::from(pool.size))),
+            ("db_pool_idle_connections", "Database connections open and idle", Level::Gauge(to_i64(pool.idle as u64))),
+            ("db_pool_max_connections", "Database connections allowed", Level::Gauge(i64::from(pool.max))),
             (
                 "audit_write_lag_seconds",
                 "How long the oldest MCP audit record of the last batch written had waited when it was stored",
-                self.audit.lag_us.load(Relaxed),
+                Level::Micros(self.audit.lag_us.load(Relaxed)),
             ),
             (
                 "audit_write_lag_max_seconds",
                 "The longest an MCP audit record waited to be stored since start-up",
-                self.audit.max_lag_us.load(Relaxed),
+                Level::Micros(self.audit.max_lag_us.load(Relaxed)),
             ),
-        ];
-        for (name, help, micros) in seconds {
-            let gauge = ConstGauge::new(micros as f64 / 1e6);
-            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
-        }
-        let counters: [(&str, &str, u64); 4] = [
-            ("audit_records_written", "MCP audit records written", self.audit.written.load(Relaxed)),
+            ("audit_records_written", "MCP audit records written", Level::Counter(self.audit.written.load(Relaxed))),
             (
                 "audit_records_dropped",
                 "MCP audit records dropped because the queue was full or the database refused them",
-                self.audit.dropped.load(Relaxed),
+                Level::Counter(self.audit.dropped.load(Relaxed)),
             ),
             (
                 "audit_batches_failed",
                 "MCP audit batches that failed to write (retried, or split when the database refused a value)",
-                self.audit.failed_batches.load(Relaxed),
+                Level::Counter(self.audit.failed_batches.load(Relaxed)),
             ),
             (
                 "audit_requests_rejected",
                 "MCP requests refused with 503 because the audit queue was full (audit.on_overload = \"reject\")",
-                self.audit.rejected.load(Relaxed),
+                Level::Counter(self.audit.rejected.load(Relaxed)),
             ),
         ];
-        for (name, help, value) in counters {
-            let counter = ConstCounter::new(value);
-            counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
+        for (name, help, level) in levels {
+            match level {
+                Level::Gauge(value) => encode_one(&mut encoder, name, help, ConstGauge::new(value))?,
+                Level::Micros(micros) => encode_one(&mut encoder, name, help, ConstGauge::new(micros as f64 / 1e6))?,
+                Level::Counter(value) => encode_one(&mut encoder, name, help, ConstCounter::new(value))?,
+            }
         }
         Ok(())
     }
+}
+
+/// A level read at scrape time, and what it is exported as.
+enum Level {
+    /// A gauge.
+    Gauge(i64),
+    /// A gauge in seconds, read in microseconds.
+    Micros(u64),
+    /// A counter kept outside the registry.
+    Counter(u64),
+}
+
+/// Encodes `metric` as the metric `name`.
+fn encode_one(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    metric: impl EncodeMetric,
+) -> Result<(), fmt::Error> {
+    metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
 }
 
 fn to_i64(value: u64) -> i64 {

@@ -19,11 +19,17 @@ fn assert_refused(config: &Config, key: &str, why: &str) -> String {
     error
 }
 
-/// Runs `test` in an environment of its own (figment's jail), which it changes with `jail.set_env`.
+/// Runs `test` in an environment of its own (figment's jail) holding the variables `env`; `test` can change
+/// it further with `jail.set_env`.
 // `figment::Jail` fixes the closure's error type (figment's own, which is large).
 #[allow(clippy::result_large_err)]
-fn in_jail(test: impl FnOnce(&mut figment::Jail) -> Result<(), String>) {
-    figment::Jail::expect_with(|jail| test(jail).map_err(figment::Error::from));
+fn in_jail(env: &[(&str, &str)], test: impl FnOnce(&mut figment::Jail) -> Result<(), String>) {
+    figment::Jail::expect_with(|jail| {
+        for (name, value) in env {
+            jail.set_env(name, value);
+        }
+        test(jail).map_err(figment::Error::from)
+    });
 }
 
 /// The configuration the jail's environment makes.
@@ -136,9 +142,11 @@ fn telemetry_settings_are_checked() {
 
 #[test]
 fn rate_limits_come_from_the_environment() {
-    in_jail(|jail| {
-        jail.set_env("HIVEGATE_RATE_LIMITS__KEY_REQUESTS_PER_SECOND", "7");
-        jail.set_env("HIVEGATE_RATE_LIMITS__TRUSTED_PROXIES", r#"["10.0.0.0/8", "::1/128"]"#);
+    let env = [
+        ("HIVEGATE_RATE_LIMITS__KEY_REQUESTS_PER_SECOND", "7"),
+        ("HIVEGATE_RATE_LIMITS__TRUSTED_PROXIES", r#"["10.0.0.0/8", "::1/128"]"#),
+    ];
+    in_jail(&env, |jail| {
         let config = load()?;
         assert_eq!(config.rate_limits.key_requests_per_second, 7);
         assert_eq!(config.rate_limits.trusted_proxies.len(), 2);
@@ -150,7 +158,7 @@ fn rate_limits_come_from_the_environment() {
 
 #[test]
 fn the_cache_budget_comes_from_the_environment() {
-    in_jail(|jail| {
+    in_jail(&[], |jail| {
         assert_eq!(load()?.cache.max_bytes, 64 * 1024 * 1024);
         jail.set_env("HIVEGATE_CACHE__MAX_BYTES", "536870912");
         jail.set_env("HIVEGATE_CACHE__MAX_CONTENT_BYTES", "0");
@@ -186,11 +194,13 @@ fn tls_and_operator_settings_are_checked() {
 
 #[test]
 fn tls_and_operator_settings_come_from_the_environment() {
-    in_jail(|jail| {
-        jail.set_env("HIVEGATE_HTTP__OPERATOR_LISTEN", "127.0.0.1:9090");
-        jail.set_env("HIVEGATE_HTTP__PUBLIC_ADMIN", "false");
-        jail.set_env("HIVEGATE_TLS__CERT_PATH", "/etc/hivegate/tls/tls.crt");
-        jail.set_env("HIVEGATE_TLS__KEY_PATH", "/etc/hivegate/tls/tls.key");
+    let env = [
+        ("HIVEGATE_HTTP__OPERATOR_LISTEN", "127.0.0.1:9090"),
+        ("HIVEGATE_HTTP__PUBLIC_ADMIN", "false"),
+        ("HIVEGATE_TLS__CERT_PATH", "/etc/hivegate/tls/tls.crt"),
+        ("HIVEGATE_TLS__KEY_PATH", "/etc/hivegate/tls/tls.key"),
+    ];
+    in_jail(&env, |jail| {
         let config = load()?;
         assert_eq!(config.http.operator_listen, Some(SocketAddr::from(([127, 0, 0, 1], 9090))));
         assert!(!config.http.public_admin && config.tls.enabled());
@@ -202,10 +212,13 @@ fn tls_and_operator_settings_come_from_the_environment() {
 
 #[test]
 fn environment_overrides_known_keys_and_ignores_other_variables() {
-    in_jail(|jail| {
-        jail.set_env("HIVEGATE_LISTEN", "127.0.0.1:9999");
-        jail.set_env("HIVEGATE_LIMITS__MAX_BODY_BYTES", "1234");
-        jail.set_env("HIVEGATE_BIN", "target/debug/hivegate");
+    // `HIVEGATE_BIN` is no key: it is not configuration, and is left alone.
+    let env = [
+        ("HIVEGATE_LISTEN", "127.0.0.1:9999"),
+        ("HIVEGATE_LIMITS__MAX_BODY_BYTES", "1234"),
+        ("HIVEGATE_BIN", "target/debug/hivegate"),
+    ];
+    in_jail(&env, |jail| {
         let config = load()?;
         assert_eq!(config.listen.port(), 9999);
         assert_eq!(config.limits.max_body_bytes, 1234);
@@ -217,12 +230,11 @@ fn environment_overrides_known_keys_and_ignores_other_variables() {
 
 #[test]
 fn keys_that_are_not_bare_are_quoted() {
-    assert_eq!(toml_key("max_body_bytes"), "max_body_bytes");
-    assert_eq!(toml_key("a.b"), "\"a.b\"");
+    assert_eq!([toml_key("max_body_bytes"), toml_key("a.b")], ["max_body_bytes", "\"a.b\""]);
 }
 
 #[test]
 fn environment_variables_are_named_after_their_key() {
-    assert_eq!(environment_variable(&["limits", "max_body_bytes"]), "HIVEGATE_LIMITS__MAX_BODY_BYTES");
-    assert_eq!(environment_variable(&["listen"]), "HIVEGATE_LISTEN");
+    let variables = [environment_variable(&["limits", "max_body_bytes"]), environment_variable(&["listen"])];
+    assert_eq!(variables, ["HIVEGATE_LIMITS__MAX_BODY_BYTES", "HIVEGATE_LISTEN"]);
 }
