@@ -31,6 +31,7 @@
 //! - [`metrics`]: every exported metric, and `GET /metrics`.
 //! - [`error`]: the admin API's error type and its one mapping to `application/problem+json`.
 //! - [`state`]: the shared state every handler gets; [`telemetry`]: logging and OpenTelemetry traces.
+//! - `fuzzing` (hidden): the entry points of the fuzz targets (`fuzz/`) and of the test replaying their corpora.
 //!
 //! # The life of an admin change
 //!
