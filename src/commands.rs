@@ -238,6 +238,8 @@ pub async fn healthcheck(config: &Config) -> anyhow::Result<()> {
     let response = tokio::time::timeout(Duration::from_secs(3), client.get(&url).send())
         .await
         .context("no answer within 3 s")?
+        // The connection's own error (refused, reset, a failed handshake), not the layers reqwest wraps it in.
+        .map_err(|error| anyhow::anyhow!("{}", anyhow::Error::from(error).root_cause()))
         .with_context(|| format!("probing {url}"))?;
     match response.status() {
         reqwest::StatusCode::OK => Ok(()),

@@ -15,7 +15,7 @@
 //! - [`mcp`]: `[mcp]`, `[sessions]`, `[streams]`, `[events]` and `[cache]`.
 //! - [`audit`]: `[audit]`.
 //! - [`telemetry`]: `[log]` and `[telemetry]`.
-//! - `[oauth]` is [`crate::oauth::config`], next to what it configures.
+//! - `[oauth]` is [`crate::oauth::config`], next to what it configures (written with `section!` too).
 //! - [`validate`]: [`Config::validate`], every range and every setting that depends on another.
 //! - [`report`]: the effective configuration with each value's source (`hivegate config check`).
 
@@ -55,6 +55,9 @@ macro_rules! section {
         }
     };
 }
+
+// `[oauth]` (crate::oauth::config) is declared with it too.
+pub(crate) use section;
 
 /// The dotted name of a setting: `key!(tls.cert_path)` is `"tls.cert_path"`. It is checked against
 /// [`Config`]'s fields when compiled, so a renamed or misspelt key does not build.
