@@ -81,7 +81,7 @@ label_sets! {
     pub struct McpLabels {
         /// A method of the MCP method table, `GET`/`DELETE` for the stream and session end, `batch`, or `other`.
         pub method: &'static str,
-        /// `legacy` or `modern`.
+        /// `legacy` or `modern` ([`Era`]).
         pub era: &'static str,
         /// `ok` or `error` ([`Outcome`]).
         pub outcome: &'static str,
@@ -174,6 +174,16 @@ label_values! {
     pub enum Outcome {
         Ok => "ok",
         Error => "error",
+    }
+}
+
+label_values! {
+    /// The MCP protocol era a request belongs to.
+    pub enum Era {
+        /// Protocol versions 2024-11-05 … 2025-11-25: the `initialize` handshake, sessions.
+        Legacy => "legacy",
+        /// Protocol version 2026-07-28: stateless, per-request `_meta`.
+        Modern => "modern",
     }
 }
 

@@ -29,7 +29,7 @@ use crate::domain::model::{Agent, AuditRecord, AuditText, KeyRecord};
 use crate::domain::session::SessionToken;
 use crate::domain::time::Timestamp;
 use crate::http::REQUEST_ID;
-use crate::metrics::{McpLabels, McpMethodLabels, Outcome};
+use crate::metrics::{Era, McpLabels, McpMethodLabels, Outcome};
 use crate::state::AppState;
 use crate::telemetry::TraceParent;
 
@@ -76,7 +76,7 @@ impl Trail {
             session,
             method: cut(method),
             target: cut(target),
-            era: "legacy",
+            era: Era::Legacy.as_str(),
             metric_method: match method {
                 "GET" => "GET",
                 "DELETE" => "DELETE",
@@ -103,7 +103,7 @@ impl Trail {
     /// Marks the request as one of the modern era (for metrics).
     pub fn modern(mut self, is_modern: bool) -> Self {
         if is_modern {
-            self.era = "modern";
+            self.era = Era::Modern.as_str();
         }
         self
     }
