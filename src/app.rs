@@ -23,17 +23,18 @@ use crate::http::connection::Settings;
 use crate::http::serve::Listener;
 use crate::mcp::session::Sessions;
 use crate::mcp::stream::hub::Hub;
-use crate::metrics::{Levels, Metrics};
+use crate::metrics::{Levels, ListenerName, Metrics};
 use crate::registry::cache::RegistryCache;
 use crate::registry::cursor::CursorCodec;
 use crate::state::{AppState, Shared};
 use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{Store, StoreError, setting};
+use crate::task::AbortOnDrop;
 use crate::tls::{ServerTls, TlsHandshake};
 
 /// The generated operator token's prefix, so it is never mistaken for an agent key.
-const OPERATOR_TOKEN_PREFIX: &str = "hgo_";
+pub(crate) const OPERATOR_TOKEN_PREFIX: &str = "hgo_";
 
 pub struct Application {
     listener: TcpListener,
@@ -175,25 +176,25 @@ impl Application {
         });
         let operator_refresh = {
             let (operator, store) = (state.operator.clone(), state.store.clone());
-            AbortOnDrop(tokio::spawn(async move {
+            AbortOnDrop::spawn(async move {
                 let mut every = tokio::time::interval(crate::http::auth::OPERATOR_REFRESH);
                 every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     every.tick().await;
                     operator.refresh(store.as_ref()).await;
                 }
-            }))
+            })
         };
         let key_uses = {
             let keys = state.keys.clone();
-            AbortOnDrop(tokio::spawn(async move {
+            AbortOnDrop::spawn(async move {
                 let mut every = tokio::time::interval(crate::http::auth::TOUCH_WRITE_INTERVAL);
                 every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     every.tick().await;
                     keys.write_uses().await;
                 }
-            }))
+            })
         };
         Ok(Self {
             listener,
@@ -275,12 +276,18 @@ impl Application {
             );
             Listener { tcp, tls, admission, settings: Arc::new(settings) }
         };
-        let public = listener("public", self.listener, self.tls, crate::http::router(self.state.clone()));
+        let public =
+            listener(ListenerName::Public.as_str(), self.listener, self.tls, crate::http::router(self.state.clone()));
         let public = crate::http::serve::serve(public, stopped(stopping.clone()));
         let operator = async {
             if let Some((tcp, address)) = self.operator {
                 tracing::info!(%address, "operator endpoints listening");
-                let operator = listener("operator", tcp, None, crate::http::operator_router(self.state.clone()));
+                let operator = listener(
+                    ListenerName::Operator.as_str(),
+                    tcp,
+                    None,
+                    crate::http::operator_router(self.state.clone()),
+                );
                 crate::http::serve::serve(operator, stopped(stopping.clone())).await;
             }
         };
@@ -306,160 +313,9 @@ impl Application {
     }
 }
 
-/// A background task that ends with its owner.
-pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// `hivegate migrate`: connect, apply migrations, exit.
-pub async fn migrate_only(config: &Config) -> anyhow::Result<()> {
-    let store = connect_with_retry(config, LocalBus::new()).await?;
-    store.migrate().await.context("applying database migrations")?;
-    tracing::info!(backend = store.backend(), "migrations applied");
-    Ok(())
-}
-
-/// `hivegate audit verify`: checks every agent's audit records (or `agent`'s) and prints one line per agent
-/// and per broken stream. Fails when anything is broken.
-pub async fn verify_audit(config: &Config, agent: Option<&str>) -> anyhow::Result<()> {
-    let store = connect_with_retry(config, LocalBus::new()).await?;
-    store.migrate().await.context("applying database migrations")?;
-    let report = crate::audit::verify::verify(store.as_ref(), agent).await?;
-    if report.agents.is_empty() && report.streams.is_empty() {
-        let Some(agent) = agent else {
-            println!("no audit chain");
-            return Ok(());
-        };
-        anyhow::bail!("{}", no_audit_records(store.as_ref(), agent).await?);
-    }
-    for (stream_id, problem) in &report.streams {
-        println!("BROKEN  stream {stream_id}: {problem}");
-    }
-    for (agent_id, outcome) in &report.agents {
-        match outcome {
-            Ok(records) => println!("ok      {agent_id}: {records} records"),
-            Err(problem) => println!("BROKEN  {agent_id}: {problem}"),
-        }
-    }
-    let broken = report.broken();
-    anyhow::ensure!(broken == 0, "{broken} audit chain(s) broken");
-    Ok(())
-}
-
-/// Where a client on this machine reaches a server listening on `listen`: loopback for an unspecified
-/// address such as `0.0.0.0`.
-pub fn reachable(listen: SocketAddr) -> SocketAddr {
-    let mut target = listen;
-    if target.ip().is_unspecified() {
-        target.set_ip(if target.is_ipv4() { [127, 0, 0, 1].into() } else { std::net::Ipv6Addr::LOCALHOST.into() });
-    }
-    target
-}
-
-/// The base URL through which a client on this machine reaches this instance's admin API: the operator
-/// listener when there is one, else `listen` (https with `[tls]`).
-pub fn admin_url(config: &Config) -> String {
-    match config.http.operator_listen {
-        Some(operator) => format!("http://{}", reachable(operator)),
-        None if config.tls.enabled() => format!("https://{}", reachable(config.listen)),
-        None => format!("http://{}", reachable(config.listen)),
-    }
-}
-
-/// `hivegate healthcheck`: `GET /readyz` on this instance, succeeding on HTTP 200. It asks the operator
-/// listener when one is configured, else the listen address (over TLS with `[tls]`); an unspecified
-/// address such as `0.0.0.0` is probed on loopback.
-pub async fn healthcheck(config: &Config) -> anyhow::Result<()> {
-    let (target, tls) = match config.http.operator_listen {
-        Some(operator) => (reachable(operator), false),
-        None => (reachable(config.listen), config.tls.enabled()),
-    };
-    let url = format!("{}://{target}/readyz", if tls { "https" } else { "http" });
-    let probe = async {
-        let stream = tokio::net::TcpStream::connect(target).await?;
-        if !tls {
-            return readyz_status(stream, target).await;
-        }
-        // This probe talks to its own instance on loopback: see `LoopbackProbe` for why it accepts the
-        // presented certificate without checking it.
-        let provider = crate::tls::provider();
-        let client = rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(std::io::Error::other)?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(crate::tls::LoopbackProbe(provider)))
-            .with_no_client_auth();
-        let name = rustls::pki_types::ServerName::IpAddress(target.ip().into());
-        let stream = tokio_rustls::TlsConnector::from(Arc::new(client)).connect(name, stream).await?;
-        readyz_status(stream, target).await
-    };
-    let head = tokio::time::timeout(Duration::from_secs(3), probe)
-        .await
-        .context("no answer within 3 s")?
-        .with_context(|| format!("probing {url}"))?;
-    match &head[9..12] {
-        b"200" => Ok(()),
-        status => anyhow::bail!("/readyz answered {}", String::from_utf8_lossy(status)),
-    }
-}
-
-/// Sends `GET /readyz` (HTTP/1.1) on `stream` and returns the first 12 bytes of the answer, which end with
-/// its status code.
-async fn readyz_status<S>(mut stream: S, target: SocketAddr) -> std::io::Result<[u8; 12]>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let request = format!("GET /readyz HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await?;
-    let mut head = [0u8; 12];
-    stream.read_exact(&mut head).await?;
-    Ok(head)
-}
-
-/// Why `audit verify --agent` found nothing: there is no such agent, or it has no audit records.
-async fn no_audit_records(store: &dyn Store, agent: &str) -> anyhow::Result<String> {
-    let exists = match crate::domain::AgentId::parse(agent) {
-        Ok(id) => store.get_agent(&id).await?.is_some(),
-        Err(_) => false,
-    };
-    Ok(if exists {
-        format!("agent {agent} has no audit records")
-    } else {
-        format!("there is no agent {agent} and no audit records for it")
-    })
-}
-
-/// For the offline commands (`audit verify`, `admin-token rotate`), which must not create a database: fails,
-/// naming the file, when the configured SQLite database does not exist (run in the wrong directory, the
-/// default `sqlite://hivegate.db?mode=rwc` would otherwise create an empty one). PostgreSQL databases are
-/// never created by connecting.
-pub fn require_existing_database(config: &Config) -> anyhow::Result<()> {
-    use std::str::FromStr as _;
-    let url = config.database_url.expose();
-    if !config.database_url.is_sqlite() || url.contains(":memory:") || url.contains("mode=memory") {
-        return Ok(());
-    }
-    let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
-        .with_context(|| format!("the database URL {} is not a valid SQLite URL", config.database_url))?;
-    let path = options.get_filename();
-    anyhow::ensure!(
-        path.exists(),
-        "the database {} does not exist (database_url {}); run this where the gateway's database is, or set \
-         HIVEGATE_DATABASE_URL or --config",
-        path.display(),
-        config.database_url
-    );
-    Ok(())
-}
-
 /// Connects to the configured database, retrying with backoff while it is unreachable, for at most
 /// `database.startup_timeout_secs`; each failed attempt is logged so operators see why start-up waits.
-async fn connect_with_retry(config: &Config, bus: LocalBus) -> anyhow::Result<Arc<dyn Store>> {
+pub(crate) async fn connect_with_retry(config: &Config, bus: LocalBus) -> anyhow::Result<Arc<dyn Store>> {
     let url = &config.database_url;
     let give_up = tokio::time::Instant::now() + Duration::from_secs(config.database.startup_timeout_secs);
     let mut backoff = Duration::from_millis(200);
@@ -501,23 +357,6 @@ async fn operator_token(config: &Config, store: &dyn Store, hasher: &KeyHasher) 
     }
     let digest = KeyDigest::from_hex(&stored).context("the stored operator token digest is corrupt")?;
     Ok(OperatorToken::stored(hasher.clone(), digest))
-}
-
-/// `hivegate admin-token rotate`: replaces the stored operator token with a new one and prints it, once.
-/// Running replicas take it within [`crate::http::auth::OPERATOR_REFRESH`]; the old one stops working.
-pub async fn rotate_operator_token(config: &Config) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        config.admin_token.is_none(),
-        "the operator token is configured (HIVEGATE_ADMIN_TOKEN): change it there, there is nothing stored to rotate"
-    );
-    let store = connect_with_retry(config, LocalBus::new()).await?;
-    store.migrate().await.context("applying database migrations")?;
-    let hasher = KeyHasher::new(config.keys.pepper.clone());
-    let token = random_token(OPERATOR_TOKEN_PREFIX);
-    store.put_setting(setting::OPERATOR_TOKEN_DIGEST, &hasher.digest(&token).to_hex()).await?;
-    tracing::info!("operator token rotated");
-    println!("{token}");
-    Ok(())
 }
 
 /// Completes on SIGTERM or SIGINT.

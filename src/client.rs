@@ -384,8 +384,9 @@ mod tests {
 
     #[test]
     fn segments_are_percent_encoded() {
-        assert_eq!(segment("research-bot"), "research-bot");
-        assert_eq!(segment("a/b c"), "a%2Fb%20c");
+        for (raw, encoded) in [("research-bot", "research-bot"), ("a/b c", "a%2Fb%20c")] {
+            assert_eq!(segment(raw), encoded);
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::domain::id::InvalidValue;
 use crate::http::auth::Challenge;
-use crate::metrics::{Limit, Refused};
+use crate::metrics::{ConfiguredLimit, Refused};
 use crate::registry::cursor::InvalidCursor;
 use crate::store::StoreError;
 
@@ -67,7 +67,7 @@ pub enum ApiError {
     Internal(String),
     /// A configured limit refused the request: answered as `error` is, and counted by `limit`.
     #[error("{error}")]
-    Limited { limit: Limit, error: Box<ApiError> },
+    Limited { limit: ConfiguredLimit, error: Box<ApiError> },
 }
 
 /// The problem details body.
@@ -105,7 +105,7 @@ impl ApiError {
     }
 
     /// `error`, as the refusal of `limit`.
-    pub fn limited(limit: Limit, error: ApiError) -> Self {
+    pub fn limited(limit: ConfiguredLimit, error: ApiError) -> Self {
         ApiError::Limited { limit, error: Box::new(error) }
     }
 
@@ -194,7 +194,7 @@ impl IntoResponse for ApiError {
 
 impl From<crate::domain::limits::TooLarge> for ApiError {
     fn from(error: crate::domain::limits::TooLarge) -> Self {
-        ApiError::limited(Limit::Field, ApiError::PayloadTooLarge(error.to_string()))
+        ApiError::limited(ConfiguredLimit::Field, ApiError::PayloadTooLarge(error.to_string()))
     }
 }
 
@@ -204,9 +204,11 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound => ApiError::NotFound("not found".to_owned()),
             StoreError::Absent(detail) => ApiError::NotFound(detail),
             StoreError::Conflict => ApiError::Conflict("already exists".to_owned()),
-            StoreError::TooMany(detail) => ApiError::limited(Limit::Quota, ApiError::Conflict(detail)),
+            StoreError::TooMany(detail) => ApiError::limited(ConfiguredLimit::Quota, ApiError::Conflict(detail)),
             StoreError::Invalid(detail) => ApiError::Unprocessable(detail),
-            StoreError::TooLarge(detail) => ApiError::limited(Limit::Quota, ApiError::PayloadTooLarge(detail)),
+            StoreError::TooLarge(detail) => {
+                ApiError::limited(ConfiguredLimit::Quota, ApiError::PayloadTooLarge(detail))
+            }
             StoreError::Unavailable(cause) => ApiError::Unavailable(cause.to_string()),
             other => ApiError::Internal(other.to_string()),
         }
@@ -273,15 +275,16 @@ mod tests {
         assert_eq!(ApiError::from(StoreError::Corrupt("x".into())).status(), StatusCode::INTERNAL_SERVER_ERROR);
         let quota = ApiError::from(StoreError::TooMany("over".into()));
         assert_eq!(quota.status(), StatusCode::CONFLICT);
-        assert!(matches!(quota, ApiError::Limited { limit: Limit::Quota, .. }));
+        assert!(matches!(quota, ApiError::Limited { limit: ConfiguredLimit::Quota, .. }));
     }
 
     #[tokio::test]
     async fn limit_refusals_are_marked_for_the_counter() {
-        let error = ApiError::limited(Limit::Body, ApiError::PayloadTooLarge("too big".into())).at("upsert[1]: ");
+        let error =
+            ApiError::limited(ConfiguredLimit::Body, ApiError::PayloadTooLarge("too big".into())).at("upsert[1]: ");
         let response = error.into_response();
         assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
-        assert!(matches!(response.extensions().get::<Refused>(), Some(Refused(Limit::Body))));
+        assert!(matches!(response.extensions().get::<Refused>(), Some(Refused(ConfiguredLimit::Body))));
         assert_eq!(body_of(response).await["detail"], "upsert[1]: too big");
     }
 }

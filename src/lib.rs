@@ -9,8 +9,12 @@
 //!
 //! - [`config`]: the configuration (TOML file + `HIVEGATE_*` environment), validated at start-up.
 //! - [`app`]: [`app::Application`] wires store, bus, caches and the HTTP server; shutdown.
-//! - [`http`]: the routers (public and operator listeners), their layer stack, limits on the request itself,
-//!   authentication and health endpoints.
+//! - [`cli`] and [`commands`]: the command line, and what each `hivegate <subcommand>` runs besides `serve`;
+//!   [`client`] is the admin API client the registry commands (`agent`, `key`, ...) use.
+//! - [`allocator`]: mimalloc's options and purge thread (the binary's allocator).
+//! - [`task`]: [`task::AbortOnDrop`], a background task that ends with its owner.
+//! - [`http`]: the routers (public and operator listeners), their layer stack, limits on the request itself
+//!   ([`http::request_limits`]: size, time), authentication and health endpoints.
 //! - [`tls`]: native TLS on the public listener; certificates reloaded when their files change.
 //! - [`admin`]: the REST admin API under `/admin/v1` and its OpenAPI document.
 //! - [`console`]: the web console at `/console/`, server-rendered over the admin API's functions.
@@ -18,7 +22,8 @@
 //!   [`mcp::stream`]'s one change notification.
 //! - [`oauth`]: OAuth 2.1 on the MCP endpoint: metadata documents, access tokens (built-in or external
 //!   authorization server) resolved to the key each acts as.
-//! - [`guard`]: rate limits per key, agent and admin credential; failed authentications per client address.
+//! - [`guard`]: rate limits per key, agent and admin credential (how often); failed authentications per
+//!   client address.
 //! - [`registry`]: what the registry looks like from outside: pagination cursors, per-agent caches.
 //! - [`domain`]: identifiers, keys and records that are valid once they exist.
 //! - [`store`]: the [`store::Store`] trait and its SQLite and PostgreSQL implementations.
@@ -27,6 +32,8 @@
 //!   their verification; its module doc follows one record.
 //! - [`metrics`]: every exported metric, and `GET /metrics`.
 //! - [`error`]: the admin API's error type and its one mapping to `application/problem+json`.
+//! - [`state`]: the shared state every handler gets; [`telemetry`]: logging and OpenTelemetry traces.
+//! - `fuzzing` (hidden): the entry points of the fuzz targets (`fuzz/`) and of the test replaying their corpora.
 //!
 //! # The life of an admin change
 //!
@@ -40,6 +47,8 @@
 
 /// The admin REST API.
 pub mod admin;
+/// mimalloc's options and the thread that returns freed memory to the system.
+pub mod allocator;
 /// Composition root: builds the application from its configuration and runs it.
 pub mod app;
 /// The audit log: request records, the batching writer, hash chains and their verification.
@@ -48,10 +57,10 @@ pub mod audit;
 pub mod cli;
 /// The command line client of the admin API (`hivegate agent|key|resource|template|prompt`, `audit tail`).
 pub mod client;
+/// The one-shot commands (`migrate`, `healthcheck`, `config check`, ...) and the dispatch of the command line.
+pub mod commands;
 /// Configuration loading and validation.
 pub mod config;
-/// The effective configuration with each value's source (`hivegate config check`).
-pub mod config_report;
 /// The web console at `/console/`: server-rendered pages over the admin API's functions.
 pub mod console;
 /// Parse-don't-validate domain types.
@@ -79,6 +88,8 @@ pub mod registry;
 pub mod state;
 /// Storage backends.
 pub mod store;
+/// Background tasks that end with their owner.
+pub mod task;
 /// Logging, and OpenTelemetry traces (the `otel` feature); W3C trace context.
 pub mod telemetry;
 /// Native TLS on the listener, with certificates reloaded when their files change.

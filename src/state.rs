@@ -43,6 +43,7 @@ pub struct Shared {
     pub bus: LocalBus,
     /// Presented key digest → stored key, invalidated through the bus.
     pub keys: Arc<KeyCache>,
+    /// The operator token: the configured one, or the stored digest, refreshed so a rotation reaches this replica.
     pub operator: Arc<OperatorToken>,
     /// Access tokens on the MCP endpoint, the agents' metadata documents ([`crate::oauth`]).
     pub oauth: Arc<crate::oauth::OAuth>,
@@ -50,6 +51,7 @@ pub struct Shared {
     pub oauth_server: Option<Arc<crate::oauth::server::BuiltinServer>>,
     /// Signs and checks pagination cursors with the key every replica shares.
     pub cursors: Arc<CursorCodec>,
+    /// Digests presented keys (HMAC with `keys.pepper` when set) to look them up.
     pub hasher: KeyHasher,
     /// Agent rows, list pages and small contents per agent, invalidated through the bus.
     pub registry: Arc<RegistryCache>,

@@ -25,7 +25,8 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use crate::config::{ConfigError, TlsConfig};
-use crate::metrics::{Metrics, OutcomeLabels};
+use crate::metrics::{Metrics, Outcome, OutcomeLabels};
+use crate::task::AbortOnDrop;
 
 /// The cryptography every TLS connection of hivegate uses: *ring*, as the HTTP client's rustls does.
 pub fn provider() -> Arc<CryptoProvider> {
@@ -166,9 +167,15 @@ impl ServerTls {
 
     /// Starts watching the files; the handshakes use whatever pair was loaded last.
     pub fn start(self, metrics: Arc<Metrics>) -> TlsHandshake {
-        let reloading =
-            tokio::spawn(reload(self.files, self.seen, self.current, self.provider, self.reload_interval, metrics));
-        TlsHandshake { acceptor: self.acceptor, timeout: self.handshake_timeout, _reloader: AbortOnDrop(reloading) }
+        let reloading = AbortOnDrop::spawn(reload(
+            self.files,
+            self.seen,
+            self.current,
+            self.provider,
+            self.reload_interval,
+            metrics,
+        ));
+        TlsHandshake { acceptor: self.acceptor, timeout: self.handshake_timeout, _reloader: reloading }
     }
 }
 
@@ -200,7 +207,7 @@ async fn reload(
             Ok(Err(error)) => {
                 if !unreadable {
                     tracing::warn!(%error, "cannot read the TLS certificate files; serving the previous certificate");
-                    metrics.tls_reloads.get_or_create(&OutcomeLabels { outcome: "error" }).inc();
+                    metrics.tls_reloads.get_or_create(&OutcomeLabels { outcome: Outcome::Error.as_str() }).inc();
                     unreadable = true;
                 }
                 continue;
@@ -214,11 +221,11 @@ async fn reload(
             Ok(certified) => {
                 current.set(certified);
                 tracing::info!(cert = %files.cert_path.display(), "TLS certificate reloaded");
-                metrics.tls_reloads.get_or_create(&OutcomeLabels { outcome: "ok" }).inc();
+                metrics.tls_reloads.get_or_create(&OutcomeLabels { outcome: Outcome::Ok.as_str() }).inc();
             }
             Err(error) => {
                 tracing::warn!(%error, "the changed TLS certificate files are not usable; serving the previous certificate");
-                metrics.tls_reloads.get_or_create(&OutcomeLabels { outcome: "error" }).inc();
+                metrics.tls_reloads.get_or_create(&OutcomeLabels { outcome: Outcome::Error.as_str() }).inc();
             }
         }
         // Either way this pair has been dealt with: it is looked at again only once it changes.
@@ -226,13 +233,21 @@ async fn reload(
     }
 }
 
-/// A background task that ends with its owner.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+/// The verifier's methods that check a handshake's signature (TLS 1.2 and 1.3), each with the provider's
+/// function of the same name: the signatures are checked even though the certificate is not.
+macro_rules! verify_signatures {
+    ($($verify:ident),*) => {
+        $(
+            fn $verify(
+                &self,
+                message: &[u8],
+                cert: &CertificateDer<'_>,
+                dss: &rustls::DigitallySignedStruct,
+            ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+                rustls::crypto::$verify(message, cert, dss, &self.0.signature_verification_algorithms)
+            }
+        )*
+    };
 }
 
 /// A certificate verifier for `hivegate healthcheck`'s own probe of this instance on loopback only: it
@@ -254,23 +269,7 @@ impl rustls::client::danger::ServerCertVerifier for LoopbackProbe {
         Ok(rustls::client::danger::ServerCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
+    verify_signatures!(verify_tls12_signature, verify_tls13_signature);
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()

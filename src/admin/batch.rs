@@ -18,7 +18,7 @@ use crate::domain::ResourceUri;
 use crate::domain::limits::FieldLimits;
 use crate::domain::model::{NewResource, Resource};
 use crate::error::{ApiError, Problem};
-use crate::metrics::Limit;
+use crate::metrics::ConfiguredLimit;
 use crate::state::AppState;
 use crate::store::StoreError;
 
@@ -56,7 +56,7 @@ impl BatchBody {
         let items = self.upsert.len() + self.delete.len();
         if items > MAX_BATCH_ITEMS {
             return Err(ApiError::limited(
-                Limit::Batch,
+                ConfiguredLimit::Batch,
                 ApiError::Unprocessable(format!("the batch has {items} items; at most {MAX_BATCH_ITEMS} are allowed")),
             ));
         }

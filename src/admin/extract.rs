@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::metrics::Limit;
+use crate::metrics::ConfiguredLimit;
 use crate::state::AppState;
 
 /// A JSON body deserialised into `T` with the admin API's error classification.
@@ -32,7 +32,7 @@ where
             if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
                 let detail =
                     format!("the request body is larger than {} bytes (limits.max_body_bytes)", limits.max_body_bytes);
-                ApiError::limited(Limit::Body, ApiError::PayloadTooLarge(detail))
+                ApiError::limited(ConfiguredLimit::Body, ApiError::PayloadTooLarge(detail))
             } else {
                 ApiError::BadRequest(format!("cannot read the request body: {}", rejection.body_text()))
             }
@@ -41,7 +41,7 @@ where
         if shape.is_too_deep {
             let max = limits.max_json_depth;
             let detail = format!("the body nests arrays and objects deeper than {max} levels (limits.max_json_depth)");
-            return Err(ApiError::limited(Limit::JsonDepth, ApiError::BadRequest(detail)));
+            return Err(ApiError::limited(ConfiguredLimit::JsonDepth, ApiError::BadRequest(detail)));
         }
         let value = parse_json(&bytes)?;
         if let Some(key) = shape.duplicate_key {

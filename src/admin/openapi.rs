@@ -191,7 +191,7 @@ fn operations(item: &mut utoipa::openapi::PathItem) -> impl Iterator<Item = &mut
 /// The answers any admin request may get besides its handler's own, all `application/problem+json`: from the
 /// credential and rate-limit checks ([`super::access`], [`crate::guard`]), the parsing of the request
 /// ([`super::extract`], [`super::page`]), the database, and the layer every request passes
-/// ([`crate::http::limits`]).
+/// ([`crate::http::request_limits`]).
 const COMMON_RESPONSES: [(&str, &str); 8] = [
     (
         "400",

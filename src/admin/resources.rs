@@ -20,7 +20,7 @@ use crate::domain::limits::{Field, FieldLimits};
 use crate::domain::model::{Actor, Content, NewResource, Resource};
 use crate::domain::{AgentId, ResourceUri};
 use crate::error::{ApiError, Problem};
-use crate::metrics::Limit;
+use crate::metrics::ConfiguredLimit;
 use crate::registry::collection::{Collection, Resources};
 use crate::registry::cursor::ListKind;
 use crate::state::AppState;
@@ -79,7 +79,7 @@ impl ResourceBody {
         };
         if content.size() > max_bytes as u64 {
             return Err(ApiError::limited(
-                Limit::ResourceSize,
+                ConfiguredLimit::ResourceSize,
                 ApiError::PayloadTooLarge(format!(
                     "the content is {} bytes; at most {max_bytes} are allowed (limits.max_resource_bytes)",
                     content.size()

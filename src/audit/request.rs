@@ -30,7 +30,7 @@ use crate::mcp::error::McpError;
 use crate::mcp::jsonrpc::Call;
 use crate::mcp::transport::Admitted;
 use crate::mcp::types::header as mcp_header;
-use crate::metrics::{McpLabels, McpMethodLabels};
+use crate::metrics::{Era, McpLabels, McpMethodLabels, Outcome};
 use crate::state::AppState;
 use crate::telemetry::TraceParent;
 
@@ -77,7 +77,7 @@ impl Trail {
             session,
             method: cut(method),
             target: cut(target),
-            era: "legacy",
+            era: Era::Legacy.as_str(),
             metric_method: match method {
                 "GET" => "GET",
                 "DELETE" => "DELETE",
@@ -104,7 +104,7 @@ impl Trail {
     /// Marks the request as one of the modern era (for metrics).
     pub fn modern(mut self, is_modern: bool) -> Self {
         if is_modern {
-            self.era = "modern";
+            self.era = Era::Modern.as_str();
         }
         self
     }
@@ -274,8 +274,8 @@ where
     let elapsed = started.elapsed();
     let labels = McpMethodLabels { method: trail.metric_method, era: trail.era };
     state.metrics.mcp_duration.with(&labels, |histogram| histogram.observe(elapsed.as_secs_f64()));
-    let outcome = if is_ok { "ok" } else { "error" };
-    let labels = McpLabels { method: labels.method, era: labels.era, outcome };
+    let outcome = if is_ok { Outcome::Ok } else { Outcome::Error };
+    let labels = McpLabels { method: labels.method, era: labels.era, outcome: outcome.as_str() };
     state.metrics.mcp_requests.with(&labels, |counter| {
         counter.inc();
     });

@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
 use crate::audit::stream::RowHead;
@@ -17,6 +16,7 @@ use crate::config::{AuditConfig, EventsConfig, SessionsConfig};
 use crate::domain::AgentId;
 use crate::domain::time::Timestamp;
 use crate::store::Store;
+use crate::task::AbortOnDrop;
 
 /// Audit records deleted per agent and transaction at most.
 const AUDIT_PRUNE_BATCH: u32 = 10_000;
@@ -47,19 +47,13 @@ impl Retention {
 /// The running pruning task. It is owned by the application: dropping this (at shutdown, or when the
 /// application is dropped) stops it; a prune that fails is logged and tried again at the next tick.
 pub struct Pruner {
-    task: JoinHandle<()>,
+    _task: AbortOnDrop,
 }
 
 impl Pruner {
     /// Prunes now and then every `retention.every`.
     pub fn start(store: Arc<dyn Store>, retention: Retention) -> Self {
-        Self { task: tokio::spawn(run(store, retention)) }
-    }
-}
-
-impl Drop for Pruner {
-    fn drop(&mut self) {
-        self.task.abort();
+        Self { _task: AbortOnDrop::spawn(run(store, retention)) }
     }
 }
 

@@ -40,6 +40,12 @@ pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr
     client
 }
 
+/// An address written in a test.
+#[cfg(test)]
+pub(crate) fn ip(text: &str) -> IpAddr {
+    text.parse().expect("an address")
+}
+
 fn is_trusted(address: IpAddr, trusted: &[IpNet]) -> bool {
     trusted.iter().any(|net| net.contains(&address))
 }
@@ -60,10 +66,6 @@ mod tests {
     use axum::http::HeaderValue;
 
     use super::*;
-
-    fn ip(text: &str) -> IpAddr {
-        text.parse().expect("an address")
-    }
 
     fn nets(list: &[&str]) -> Vec<IpNet> {
         list.iter().map(|net| net.parse().expect("a network")).collect()

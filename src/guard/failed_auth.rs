@@ -89,10 +89,7 @@ fn bucket_of(client: IpAddr) -> IpAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ip(text: &str) -> IpAddr {
-        text.parse().expect("an address")
-    }
+    use crate::guard::client_ip::ip;
 
     #[test]
     fn blocks_after_the_attempts_until_the_window_ends() {

@@ -110,10 +110,7 @@ impl RateLimitHeaders {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn limit(per_second: u32, burst: u32) -> Limit {
-        Limit::new(per_second, burst).expect("a limited rate")
-    }
+    use crate::guard::limiter::limit;
 
     #[test]
     fn policies_are_a_structured_field_list() {

@@ -217,13 +217,15 @@ impl Budgets {
     }
 }
 
+/// A limited rate, for tests.
+#[cfg(test)]
+pub(super) fn limit(per_second: u32, burst: u32) -> Limit {
+    Limit::new(per_second, burst).expect("a limited rate")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn limit(per_second: u32, burst: u32) -> Limit {
-        Limit::new(per_second, burst).expect("a limited rate")
-    }
 
     #[test]
     fn zero_rate_is_unlimited() {

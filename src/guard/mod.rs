@@ -34,7 +34,6 @@ use axum::http::{Extensions, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use ipnet::IpNet;
-use tokio::task::JoinHandle;
 
 use crate::config::RateLimitsConfig;
 use crate::domain::model::{Agent, KeyRecord};
@@ -43,6 +42,7 @@ use crate::mcp::error::McpError;
 use crate::metrics::{Metrics, ScopeLabels};
 use crate::state::AppState;
 use crate::store::{Store, StoreResult};
+use crate::task::AbortOnDrop;
 
 /// The client address behind trusted proxies.
 pub mod client_ip;
@@ -195,7 +195,7 @@ impl Guard {
     pub fn start_reclaiming(self: &Arc<Self>) -> Reclaimer {
         let guard = Arc::downgrade(self);
         Reclaimer {
-            task: tokio::spawn(async move {
+            _task: AbortOnDrop::spawn(async move {
                 let mut ticker = tokio::time::interval(RECLAIM_EVERY);
                 ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 ticker.tick().await;
@@ -217,13 +217,7 @@ impl Guard {
 
 /// The reclaiming task; dropping it (with the application) stops it.
 pub struct Reclaimer {
-    task: JoinHandle<()>,
-}
-
-impl Drop for Reclaimer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _task: AbortOnDrop,
 }
 
 /// A record's own limit (with whether it is shared), else the configured default (kept per replica).

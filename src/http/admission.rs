@@ -145,10 +145,7 @@ impl Drop for Permit {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ip(text: &str) -> IpAddr {
-        text.parse().expect("an address")
-    }
+    use crate::guard::client_ip::ip;
 
     #[test]
     fn caps_per_address_and_in_total() {

@@ -43,7 +43,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tower::ServiceExt as _;
 
-use crate::metrics::{ConnectionTimeoutLabels, Metrics, UnreadBodyLabels};
+use crate::metrics::{ConnectionTimeoutLabels, Metrics, UnreadBody, UnreadBodyLabels};
 
 /// The most of an unread request body that is read and discarded to keep its connection usable.
 pub const DRAIN_LIMIT: u64 = 64 * 1024;
@@ -345,8 +345,8 @@ async fn settle_unread_body(
     let drained = !expects_continue
         && is_small
         && tokio::time::timeout(settings.header_read_timeout, drain(&mut body)).await.unwrap_or(false);
-    let outcome = if drained { "drained" } else { "closed" };
-    settings.metrics.unread_bodies.get_or_create(&UnreadBodyLabels { outcome }).inc();
+    let outcome = if drained { UnreadBody::Drained } else { UnreadBody::Closed };
+    settings.metrics.unread_bodies.get_or_create(&UnreadBodyLabels { outcome: outcome.as_str() }).inc();
     if !drained {
         response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }

@@ -31,11 +31,11 @@ pub mod connection;
 pub mod cors;
 /// One pass over a JSON body before it is parsed: nesting depth and duplicate object keys.
 pub mod json_scan;
-/// Limits on the request itself (target, header fields, JSON nesting, time) and the answers of the layers
-/// that cut a request short.
-pub mod limits;
 /// The landing page at `/` and the API reference (Swagger UI over the OpenAPI document, embedded).
 pub mod page;
+/// Limits on the request itself (target, header fields, JSON nesting, time; rate limits are [`crate::guard`])
+/// and the answers of the layers that cut a request short.
+pub mod request_limits;
 /// The accept loop of a listener: caps, TLS handshakes, one task per connection, graceful shutdown.
 pub mod serve;
 
@@ -189,10 +189,10 @@ const SECRET_HEADERS: [HeaderName; 2] = [header::AUTHORIZATION, HeaderName::from
 ///   as tower-http's trace layer does (a started and a finished event at DEBUG, a 5xx at ERROR); a stream's
 ///   body is polled in the span too;
 /// - the request target and header fields are checked before anything else looks at them
-///   ([`limits::refuse_head`]);
+///   ([`request_limits::refuse_head`]);
 /// - a request that takes longer than `http.request_timeout_ms` is cut off with 408 rather than holding
 ///   resources, and a handler that panics is a 500 for that request, not a dead connection task; both answer
-///   in the endpoint's format ([`limits::within`]);
+///   in the endpoint's format ([`request_limits::within`]);
 /// - every answer, those refusals included, is counted by route template, method and status, and timed; a
 ///   limit's refusal (an answer marked [`Refused`]) is counted by the limit.
 async fn frame(
@@ -218,14 +218,14 @@ async fn frame(
     };
     let span = request_span(&request);
     span.in_scope(|| DefaultOnRequest::default().on_request(&request, &span));
-    let is_mcp = limits::is_mcp(route.as_ref());
+    let is_mcp = request_limits::is_mcp(route.as_ref());
     let route = route.map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
     let method = crate::metrics::method_label(request.method());
-    let mut response = match limits::refuse_head(&state.config.limits, is_mcp, &request) {
+    let mut response = match request_limits::refuse_head(&state.config.limits, is_mcp, &request) {
         Some(refusal) => refusal,
         None => {
             let limit = Duration::from_millis(state.config.http.request_timeout_ms);
-            limits::within(limit, is_mcp, next.run(request)).instrument(span.clone()).await
+            request_limits::within(limit, is_mcp, next.run(request)).instrument(span.clone()).await
         }
     };
     let latency = started.elapsed();

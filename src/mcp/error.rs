@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::jsonrpc::{self, RequestId};
 use super::types::SUPPORTED_VERSIONS;
 use crate::http::auth::Challenge;
-use crate::metrics::{Limit, Refused};
+use crate::metrics::{ConfiguredLimit, Refused};
 use crate::store::StoreError;
 
 /// hivegate's own JSON-RPC codes, outside the range JSON-RPC and MCP reserve.
@@ -118,7 +118,7 @@ pub enum McpError {
     /// Valid params that a limit refuses (e.g. too many subscriptions, a render over its budget): -32602
     /// with HTTP 200, like other params the method cannot serve.
     #[error("Invalid params: {message}")]
-    OverLimit { limit: Limit, message: String },
+    OverLimit { limit: ConfiguredLimit, message: String },
     #[error("Parse error: {0}")]
     Parse(String),
     #[error("Invalid Request: {0}")]
@@ -203,16 +203,16 @@ impl McpError {
     }
 
     /// The configured limit this error is a refusal by, if it is one (counted in `limit_refused`).
-    pub fn limit(&self) -> Option<Limit> {
+    pub fn limit(&self) -> Option<ConfiguredLimit> {
         match self {
-            McpError::BodyTooLarge { .. } => Some(Limit::Body),
-            McpError::JsonTooDeep { .. } => Some(Limit::JsonDepth),
-            McpError::UriTooLong { .. } => Some(Limit::Uri),
-            McpError::HeadersTooLarge { .. } => Some(Limit::Header),
-            McpError::BatchTooLarge { .. } => Some(Limit::Batch),
-            McpError::Timeout { .. } => Some(Limit::Timeout),
-            McpError::TooManyStreams { .. } => Some(Limit::Streams),
-            McpError::TooManySessions { .. } => Some(Limit::Sessions),
+            McpError::BodyTooLarge { .. } => Some(ConfiguredLimit::Body),
+            McpError::JsonTooDeep { .. } => Some(ConfiguredLimit::JsonDepth),
+            McpError::UriTooLong { .. } => Some(ConfiguredLimit::Uri),
+            McpError::HeadersTooLarge { .. } => Some(ConfiguredLimit::Header),
+            McpError::BatchTooLarge { .. } => Some(ConfiguredLimit::Batch),
+            McpError::Timeout { .. } => Some(ConfiguredLimit::Timeout),
+            McpError::TooManyStreams { .. } => Some(ConfiguredLimit::Streams),
+            McpError::TooManySessions { .. } => Some(ConfiguredLimit::Sessions),
             McpError::OverLimit { limit, .. } => Some(*limit),
             _ => None,
         }

@@ -3,7 +3,7 @@
 //! (`mcp.allowed_hosts`, `mcp.allowed_origins`; an entry `*` allows any). Anything else is 403, and so is a
 //! `Host` or `Origin` given twice or not well-formed ([`single_host`], [`single_origin`]), whatever the
 //! allow-lists say: with two values, which one a check saw and which one a proxy or browser acted on could
-//! differ. Other routes refuse the same fields with 400 ([`crate::http::limits::refuse_head`]).
+//! differ. Other routes refuse the same fields with 400 ([`crate::http::request_limits::refuse_head`]).
 
 use axum::http::uri::Authority;
 use axum::http::{HeaderMap, HeaderName, Uri, header};

@@ -39,7 +39,7 @@ use crate::domain::session::Session;
 use crate::domain::{AgentId, Scope};
 use crate::guard::RateLimitSlot;
 use crate::http::auth::{Challenge, is_key_of};
-use crate::metrics::Refused;
+use crate::metrics::{Refused, TokenOutcome};
 use crate::oauth::{self, AuthError, Authenticated, Presented};
 use crate::state::AppState;
 
@@ -202,12 +202,12 @@ pub(super) async fn admit(
     let authenticated = state.oauth.authenticate(&state.keys, headers, path_agent.as_ref()).await;
     if matches!(Presented::of(headers, oauth.is_some()), Presented::Token(_)) {
         let outcome = match &authenticated {
-            Ok(_) => "accepted",
-            Err(AuthError::Forbidden(_)) => "forbidden",
-            Err(AuthError::Unavailable(_)) => "unavailable",
-            Err(_) => "invalid",
+            Ok(_) => TokenOutcome::Accepted,
+            Err(AuthError::Forbidden(_)) => TokenOutcome::Forbidden,
+            Err(AuthError::Unavailable(_)) => TokenOutcome::Unavailable,
+            Err(_) => TokenOutcome::Invalid,
         };
-        state.metrics.oauth_tokens.get_or_create(&crate::metrics::OutcomeLabels { outcome }).inc();
+        state.metrics.oauth_tokens.get_or_create(&crate::metrics::OutcomeLabels { outcome: outcome.as_str() }).inc();
     }
     let Authenticated { key, is_token } = match authenticated {
         Ok(authenticated) => authenticated,

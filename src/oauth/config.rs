@@ -24,58 +24,40 @@ pub enum Mode {
 /// and a JWKS is public. `none` is never one either.
 const ASYMMETRIC: [&str; 9] = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"];
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct OAuthConfig {
-    /// `off`, `builtin` or `external`.
-    pub mode: Mode,
-    /// Agents on which OAuth stays off whatever `mode` says: only API keys reach them, and they publish no
-    /// metadata document.
-    pub disabled_agents: Vec<String>,
-    /// The external authorization server's issuer identifier (the `iss` of its tokens); `mode = "external"`
-    /// needs it.
-    pub issuer: Option<String>,
-    /// Where the issuer's JWKS is; default: the `jwks_uri` of its metadata (RFC 8414
-    /// `/.well-known/oauth-authorization-server`, then OpenID Connect discovery).
-    pub jwks_url: Option<String>,
-    /// The signature algorithms accepted (asymmetric ones only).
-    pub algorithms: Vec<String>,
-    /// Seconds of clock difference allowed when checking `exp` and `nbf`.
-    pub leeway_s: u64,
-    /// How often the JWKS is fetched again, so that keys the issuer rotates in are known before they sign.
-    pub jwks_refresh_secs: u64,
-    /// The shortest time between two fetches of the JWKS caused by tokens naming an unknown `kid`, so that
-    /// tokens with random `kid`s cannot make hivegate hammer the issuer.
-    pub jwks_min_refetch_ms: u64,
-    /// How long one fetch of the JWKS or of the issuer's metadata may take.
-    pub jwks_timeout_ms: u64,
-    /// The largest JWKS (or metadata document) read.
-    pub jwks_max_bytes: u64,
-    /// Subject grants one agent may hold (`/admin/v1/agents/{agent_id}/oauth-subjects`).
-    pub max_subjects_per_agent: u64,
-    /// Bytes of one granted subject (`sub`).
-    pub max_subject_bytes: usize,
-    /// `[oauth.builtin]`: the built-in authorization server (`mode = "builtin"`).
-    pub builtin: crate::oauth::server::BuiltinConfig,
-}
-
-impl Default for OAuthConfig {
-    fn default() -> Self {
-        Self {
-            mode: Mode::Off,
-            disabled_agents: Vec::new(),
-            issuer: None,
-            jwks_url: None,
-            algorithms: vec!["RS256".to_owned(), "ES256".to_owned()],
-            leeway_s: 60,
-            jwks_refresh_secs: 300,
-            jwks_min_refetch_ms: 10_000,
-            jwks_timeout_ms: 5_000,
-            jwks_max_bytes: 256 * 1024,
-            max_subjects_per_agent: 1_000,
-            max_subject_bytes: 255,
-            builtin: crate::oauth::server::BuiltinConfig::default(),
-        }
+crate::config::section! {
+    /// `[oauth]`: whether access tokens are accepted, from which authorization server, and its bounds.
+    #[derive(Clone)]
+    pub struct OAuthConfig {
+        /// `off`, `builtin` or `external`.
+        pub mode: Mode = Mode::Off,
+        /// Agents on which OAuth stays off whatever `mode` says: only API keys reach them, and they publish no
+        /// metadata document.
+        pub disabled_agents: Vec<String> = Vec::new(),
+        /// The external authorization server's issuer identifier (the `iss` of its tokens); `mode = "external"`
+        /// needs it.
+        pub issuer: Option<String> = None,
+        /// Where the issuer's JWKS is; default: the `jwks_uri` of its metadata (RFC 8414
+        /// `/.well-known/oauth-authorization-server`, then OpenID Connect discovery).
+        pub jwks_url: Option<String> = None,
+        /// The signature algorithms accepted (asymmetric ones only).
+        pub algorithms: Vec<String> = vec!["RS256".to_owned(), "ES256".to_owned()],
+        /// Seconds of clock difference allowed when checking `exp` and `nbf`.
+        pub leeway_s: u64 = 60,
+        /// How often the JWKS is fetched again, so that keys the issuer rotates in are known before they sign.
+        pub jwks_refresh_secs: u64 = 300,
+        /// The shortest time between two fetches of the JWKS caused by tokens naming an unknown `kid`, so that
+        /// tokens with random `kid`s cannot make hivegate hammer the issuer.
+        pub jwks_min_refetch_ms: u64 = 10_000,
+        /// How long one fetch of the JWKS or of the issuer's metadata may take.
+        pub jwks_timeout_ms: u64 = 5_000,
+        /// The largest JWKS (or metadata document) read.
+        pub jwks_max_bytes: u64 = 256 * 1024,
+        /// Subject grants one agent may hold (`/admin/v1/agents/{agent_id}/oauth-subjects`).
+        pub max_subjects_per_agent: u64 = 1_000,
+        /// Bytes of one granted subject (`sub`).
+        pub max_subject_bytes: usize = 255,
+        /// `[oauth.builtin]`: the built-in authorization server (`mode = "builtin"`).
+        pub builtin: crate::oauth::server::BuiltinConfig = crate::oauth::server::BuiltinConfig::default(),
     }
 }
 

@@ -24,7 +24,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use crate::events::{BusHook, BusMessage, CacheGate, Stale};
-use crate::metrics::ResultLabels;
+use crate::metrics::{CacheResult, ResultLabels};
 use crate::store::{Store, StoreResult};
 
 /// Memory the cache may hold, in bytes (estimated), across all agents.
@@ -109,8 +109,8 @@ impl RegistryCache {
 
     /// Counts hits and misses in `lookups` (a family the application exports).
     pub fn counting_lookups_in(mut self, lookups: Family<ResultLabels, Counter>) -> Self {
-        self.hits = lookups.get_or_create_owned(&ResultLabels { result: "hit" });
-        self.misses = lookups.get_or_create_owned(&ResultLabels { result: "miss" });
+        self.hits = lookups.get_or_create_owned(&ResultLabels { result: CacheResult::Hit.as_str() });
+        self.misses = lookups.get_or_create_owned(&ResultLabels { result: CacheResult::Miss.as_str() });
         self
     }
 

@@ -84,9 +84,13 @@ mod tests {
 
     #[test]
     fn traces_go_to_the_otlp_traces_path() {
-        assert_eq!(traces_url("http://collector:4318"), "http://collector:4318/v1/traces");
-        assert_eq!(traces_url("http://collector:4318/"), "http://collector:4318/v1/traces");
-        assert_eq!(traces_url("https://otel.example/tenant/a"), "https://otel.example/tenant/a/v1/traces");
-        assert_eq!(traces_url("http://collector:4318/v1/traces"), "http://collector:4318/v1/traces");
+        for (endpoint, traces) in [
+            ("http://collector:4318", "http://collector:4318/v1/traces"),
+            ("http://collector:4318/", "http://collector:4318/v1/traces"),
+            ("https://otel.example/tenant/a", "https://otel.example/tenant/a/v1/traces"),
+            ("http://collector:4318/v1/traces", "http://collector:4318/v1/traces"),
+        ] {
+            assert_eq!(traces_url(endpoint), traces);
+        }
     }
 }

@@ -18,7 +18,7 @@ use crate::mcp::error::McpError;
 use crate::mcp::types::{
     ContentBlock, GetPromptRequestParams, GetPromptResult, McpPrompt, McpPromptArgument, McpPromptMessage, McpRole,
 };
-use crate::metrics::Limit;
+use crate::metrics::ConfiguredLimit;
 use crate::registry::cache::{Key, Loaded};
 use crate::registry::collection::{Collection, Prompts};
 use crate::registry::cursor::ListKind;
@@ -121,7 +121,7 @@ pub const MAX_ARGUMENTS_BYTES: usize = 256 * 1024;
 
 /// A refusal by one of the limits on what a render is given or makes: -32602, counted as `template`.
 fn over_limit(message: String) -> McpError {
-    McpError::OverLimit { limit: Limit::Template, message }
+    McpError::OverLimit { limit: ConfiguredLimit::Template, message }
 }
 
 /// `prompts/get`.

@@ -17,7 +17,7 @@ use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
 use crate::mcp::types::{ReadResourceRequestParams, ReadResult, ResourceContents};
 use crate::mcp::uri_match::{MatchBudget, match_uri_within};
-use crate::metrics::Limit;
+use crate::metrics::ConfiguredLimit;
 use crate::registry::cache::{Key, Loaded};
 use crate::registry::collection::{Collection, Templates};
 use crate::store::StoreError;
@@ -252,7 +252,10 @@ async fn from_template(ctx: &Context<'_>, uri: &str) -> Result<ResourceContents,
     let text = rendered.map_err(|message| {
         if budget.is_spent() {
             // The URI's variables took the render over a render limit: the client's params, -32602.
-            return McpError::OverLimit { limit: Limit::Template, message: format!("reading {uri}: {message}") };
+            return McpError::OverLimit {
+                limit: ConfiguredLimit::Template,
+                message: format!("reading {uri}: {message}"),
+            };
         }
         tracing::warn!(template = %template.uri_template, error = %message, "template text failed to render");
         McpError::Internal

@@ -14,7 +14,7 @@ use crate::domain::ResourceUri;
 use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
 use crate::mcp::types::EmptyObject;
-use crate::metrics::Limit;
+use crate::metrics::ConfiguredLimit;
 use crate::store::StoreError;
 
 #[derive(Deserialize)]
@@ -42,7 +42,7 @@ impl McpMethod for Subscribe {
         match ctx.state.store.subscribe(&ctx.agent.id, &session.digest, &self.uri, limit).await {
             Ok(true) => Ok(EmptyObject {}),
             Ok(false) => Err(McpError::OverLimit {
-                limit: Limit::Subscriptions,
+                limit: ConfiguredLimit::Subscriptions,
                 message: format!("a session subscribes to at most {limit} URIs (sessions.max_subscriptions)"),
             }),
             // The session ended while the request was on its way.

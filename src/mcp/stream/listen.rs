@@ -67,7 +67,7 @@ impl Listen {
         let requested = filter.resource_subscriptions.unwrap_or_default();
         if requested.len() > max_uris as usize {
             return Err(McpError::OverLimit {
-                limit: crate::metrics::Limit::Subscriptions,
+                limit: crate::metrics::ConfiguredLimit::Subscriptions,
                 message: format!(
                     "a listen names at most {max_uris} resourceSubscriptions (sessions.max_subscriptions)"
                 ),
@@ -159,6 +159,6 @@ mod tests {
         }
         let over = json!({"notifications": {"resourceSubscriptions": ["a://1", "a://2", "a://3"]}});
         let Err(error) = Listen::parse(Some(over), 2) else { panic!("over the limit") };
-        assert_eq!((error.code(), error.limit()), (-32602, Some(crate::metrics::Limit::Subscriptions)));
+        assert_eq!((error.code(), error.limit()), (-32602, Some(crate::metrics::ConfiguredLimit::Subscriptions)));
     }
 }

@@ -144,9 +144,9 @@ impl BuiltinServer {
 
     /// Deletes expired codes and tokens and idle clients every `prune_interval_secs`, and forgets idle
     /// registration limits; stops when the returned handle is dropped.
-    pub(crate) fn start_pruning(self: &Arc<Self>) -> crate::app::AbortOnDrop {
+    pub(crate) fn start_pruning(self: &Arc<Self>) -> crate::task::AbortOnDrop {
         let server = self.clone();
-        crate::app::AbortOnDrop(tokio::spawn(async move {
+        crate::task::AbortOnDrop::spawn(async move {
             let mut every = tokio::time::interval(Duration::from_secs(server.config.prune_interval_secs));
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -166,7 +166,7 @@ impl BuiltinServer {
                     Err(error) => tracing::warn!(%error, "could not prune the authorization server's tables"),
                 }
             }
-        }))
+        })
     }
 }
 

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use anyhow::Context;
 use figment::Figment;
 
-use crate::config::{DEFAULT_CONFIG_PATH, Loaded};
+use super::{DEFAULT_CONFIG_PATH, Loaded};
 
 /// The configuration of `loaded` as a TOML document: a header naming the file read (or saying none was),
 /// then every key with a value, each with its source as a comment. Optional keys left unset are not shown.
@@ -45,7 +45,7 @@ fn write_table(out: &mut String, figment: &Figment, path: &[&str], table: &toml:
 }
 
 /// `key` as TOML writes it: bare when it can be, else quoted (an agent id in `audit.agent_retention_days`).
-fn toml_key(key: &str) -> String {
+pub(super) fn toml_key(key: &str) -> String {
     if !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
         key.to_owned()
     } else {
@@ -65,23 +65,6 @@ fn source(figment: &Figment, path: &[&str]) -> String {
 }
 
 /// The environment variable that sets the key at `path`: `HIVEGATE_<SECTION>__<KEY>`.
-fn environment_variable(path: &[&str]) -> String {
+pub(super) fn environment_variable(path: &[&str]) -> String {
     format!("HIVEGATE_{}", path.join("__").to_uppercase())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_that_are_not_bare_are_quoted() {
-        assert_eq!(toml_key("max_body_bytes"), "max_body_bytes");
-        assert_eq!(toml_key("a.b"), "\"a.b\"");
-    }
-
-    #[test]
-    fn environment_variables_are_named_after_their_key() {
-        assert_eq!(environment_variable(&["limits", "max_body_bytes"]), "HIVEGATE_LIMITS__MAX_BODY_BYTES");
-        assert_eq!(environment_variable(&["listen"]), "HIVEGATE_LISTEN");
-    }
 }

@@ -1,4 +1,5 @@
-//! Limits on the request itself, and the answers of the layers that cut a request short, in the format of
+//! Limits on the request itself (its size and its time; rate limits per key, agent and credential are
+//! [`crate::guard`]), and the answers of the layers that cut a request short, in the format of
 //! the endpoint it was for: a JSON-RPC error on `/{agent_id}/mcp`, `application/problem+json` elsewhere.
 //!
 //! - [`refuse_head`]: the request target (`limits.max_uri_bytes`, 414), the header fields
@@ -28,7 +29,7 @@ use crate::config::LimitsConfig;
 use crate::error::ApiError;
 use crate::mcp::error::McpError;
 use crate::mcp::origin::{single_host, single_origin};
-use crate::metrics::Limit;
+use crate::metrics::ConfiguredLimit;
 
 /// The route whose errors are JSON-RPC errors.
 const MCP_ROUTE: &str = "/{agent_id}/mcp";
@@ -51,7 +52,7 @@ pub fn refuse_head(limits: &LimitsConfig, is_mcp: bool, request: &Request) -> Op
         }
         let detail =
             format!("the request URI is {uri_bytes} bytes; at most {limit} are allowed (limits.max_uri_bytes)");
-        return Some(ApiError::limited(Limit::Uri, ApiError::UriTooLong(detail)).into_response());
+        return Some(ApiError::limited(ConfiguredLimit::Uri, ApiError::UriTooLong(detail)).into_response());
     }
     let header_bytes = header_len(request.headers());
     if header_bytes > limits.max_header_bytes {
@@ -62,7 +63,9 @@ pub fn refuse_head(limits: &LimitsConfig, is_mcp: bool, request: &Request) -> Op
         let detail = format!(
             "the header fields are {header_bytes} bytes; at most {limit} are allowed (limits.max_header_bytes)"
         );
-        return Some(ApiError::limited(Limit::Header, ApiError::HeaderFieldsTooLarge(detail)).into_response());
+        return Some(
+            ApiError::limited(ConfiguredLimit::Header, ApiError::HeaderFieldsTooLarge(detail)).into_response(),
+        );
     }
     // The MCP endpoint refuses these with its own 403 (Host and Origin come first in its order of checks).
     if !is_mcp {
@@ -106,7 +109,7 @@ pub async fn within(limit: Duration, is_mcp: bool, answer: impl Future<Output = 
         }
         Err(_elapsed) if is_mcp => McpError::Timeout { limit_ms }.into_http(None),
         Err(_elapsed) => ApiError::limited(
-            Limit::Timeout,
+            ConfiguredLimit::Timeout,
             ApiError::RequestTimeout(format!(
                 "the request was not answered within {limit_ms} ms (http.request_timeout_ms); it may or may not \
                  have taken effect"

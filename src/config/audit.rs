@@ -1,0 +1,47 @@
+//! `[audit]`: the audit log of MCP requests, its queue and its retention.
+
+use serde::{Deserialize, Serialize};
+
+section! {
+    /// The audit log of MCP requests (admin changes are always audited, in their own transaction).
+    #[derive(Clone)]
+    pub struct AuditConfig {
+        /// Record every MCP request.
+        pub mcp_requests: bool = true,
+        /// Records waiting to be written at most; beyond this new records are dropped (and counted).
+        pub queue_capacity: usize = 65_536,
+        /// Records written per transaction at most.
+        pub batch_size: usize = 5_000,
+        /// How long a record may wait before its batch is written.
+        pub flush_interval_ms: u64 = 200,
+        /// Records (admin and MCP) older than this many days are pruned; 0 keeps them forever.
+        pub retention_days: u64 = 90,
+        /// Per-agent exceptions to `retention_days` (agent id → days; 0 keeps that agent's records forever).
+        pub agent_retention_days: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new(),
+        /// What an MCP request meets when the queue is full: served and its record dropped, or refused (503).
+        pub on_overload: OnOverload = OnOverload::Drop,
+    }
+}
+
+/// What happens to an MCP request while the audit queue is full.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnOverload {
+    /// Serve it; its record is dropped (counted and logged).
+    #[default]
+    Drop,
+    /// Refuse it: 503 with `Retry-After`, JSON-RPC -31503.
+    Reject,
+}
+
+impl AuditConfig {
+    /// How long `agent`'s records are kept; `None` is forever. `stored` is the agent's own
+    /// `auditRetentionDays` (admin API), which wins over this configuration.
+    pub fn retention_of(&self, agent: &str, stored: Option<u32>) -> Option<std::time::Duration> {
+        let days = stored
+            .map(u64::from)
+            .or_else(|| self.agent_retention_days.get(agent).copied())
+            .unwrap_or(self.retention_days);
+        (days > 0).then(|| std::time::Duration::from_secs(days.saturating_mul(24 * 60 * 60)))
+    }
+}
