@@ -5,22 +5,21 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use serde::Deserialize;
 
 use super::access::RegistryAccess;
+use super::collection::{self, AdminCollection, ItemKey, missing};
 use super::extract::{JsonBody, PathParams};
 use super::page::{Page, PageQuery};
-use super::resources::{agent_gone, upsert_status};
 use crate::domain::limits::{Field, FieldLimits};
-use crate::domain::model::{Actor, NewPrompt, Prompt, PromptArgument, PromptMessage};
+use crate::domain::model::{NewPrompt, Prompt, PromptArgument, PromptMessage};
 use crate::domain::prompt;
 use crate::domain::{AgentId, PromptName};
 use crate::error::{ApiError, Problem};
-use crate::registry::cursor::ListKind;
+use crate::registry::collection::Prompts;
 use crate::state::AppState;
-use crate::store::{StoreError, Upserted};
 
 /// A prompt to create or replace; the name is in the path.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -35,7 +34,9 @@ pub struct PromptBody {
 }
 
 impl PromptBody {
-    fn into_new(self, name: PromptName, limits: &FieldLimits) -> Result<NewPrompt, ApiError> {
+    /// The validated prompt called `name`; 422 for invalid arguments or messages or a template that does not
+    /// compile, 413 for a field over its limit.
+    pub fn into_new(self, name: PromptName, limits: &FieldLimits) -> Result<NewPrompt, ApiError> {
         limits.text(Field::Title, "title", self.title.as_deref())?;
         limits.text(Field::Description, "description", self.description.as_deref())?;
         // Measured before the templates are compiled.
@@ -51,16 +52,24 @@ impl PromptBody {
     }
 }
 
-/// The prompt named by the path; a name that cannot exist is a 404 on reads and deletes.
-fn path_name(path: &PathParams) -> Result<PromptName, ApiError> {
-    let raw = path.get("name")?;
-    PromptName::parse(raw).map_err(|_| ApiError::NotFound(format!("prompt {raw:?} does not exist")))
-}
+impl AdminCollection for Prompts {
+    type Body = PromptBody;
+    const KEY_PARAM: &'static str = "name";
+    const IS_KEY_IN_PATH: bool = true;
 
-fn prompt_missing(name: &PromptName) -> impl FnOnce(StoreError) -> ApiError + '_ {
-    move |error| match error {
-        StoreError::NotFound => ApiError::NotFound(format!("prompt {:?} does not exist", name.as_str())),
-        other => other.into(),
+    /// A name that cannot exist is a 404 on reads and deletes.
+    fn parse_key(raw: &str) -> Result<PromptName, ApiError> {
+        PromptName::parse(raw).map_err(|_| missing::<Self>(raw))
+    }
+
+    /// The name is in the path; one that is not a prompt name is invalid (422) here.
+    fn new_item(state: &AppState, path: &PathParams, body: PromptBody) -> Result<NewPrompt, ApiError> {
+        let name = PromptName::parse(path.get(Self::KEY_PARAM)?)?;
+        body.into_new(name, &state.config.limits.fields())
+    }
+
+    fn location(agent: &AgentId, prompt: &Prompt) -> Option<String> {
+        Some(format!("/admin/v1/agents/{agent}/prompts/{}", prompt.name))
     }
 }
 
@@ -73,19 +82,12 @@ fn prompt_missing(name: &PromptName) -> impl FnOnce(StoreError) -> ApiError + '_
                (status = 422, description = "Invalid name, arguments or messages, or a template that does not compile", body = Problem, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "admin.put_prompt", skip_all, fields(agent = %access.agent))]
 pub async fn put(
-    State(state): State<AppState>,
+    state: State<AppState>,
     access: RegistryAccess,
     path: PathParams,
-    JsonBody(body): JsonBody<PromptBody>,
+    body: JsonBody<PromptBody>,
 ) -> Result<Response, ApiError> {
-    let name = PromptName::parse(path.get("name")?)?;
-    let upserted = put_prompt(&state, &access.agent, name, body, &access.actor).await?;
-    let status = upsert_status(upserted.created);
-    if upserted.created {
-        let location = format!("/admin/v1/agents/{}/prompts/{}", access.agent, upserted.item.name);
-        return Ok((status, [(header::LOCATION, location)], Json(upserted.item)).into_response());
-    }
-    Ok((status, Json(upserted.item)).into_response())
+    collection::put::<Prompts>(state, access, path, body).await
 }
 
 /// List prompts, ordered by name.
@@ -97,14 +99,11 @@ pub async fn put(
     responses((status = 200, description = "A page of prompts", body = Page<Prompt>)))]
 #[tracing::instrument(name = "admin.list_prompts", skip_all, fields(agent = %access.agent))]
 pub async fn list(
-    State(state): State<AppState>,
+    state: State<AppState>,
     access: RegistryAccess,
     page: PageQuery,
 ) -> Result<Json<Page<Prompt>>, ApiError> {
-    let agent = access.agent.as_str();
-    let after = page.after(&state.cursors, ListKind::Prompts, agent)?;
-    let rows = state.store.list_prompts(&access.agent, after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Prompts, agent, |p| p.name.to_string())))
+    collection::list::<Prompts>(state, access, page).await
 }
 
 /// Read a prompt.
@@ -115,13 +114,11 @@ pub async fn list(
                (status = 404, description = "No such prompt", body = Problem, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "admin.get_prompt", skip_all, fields(agent = %access.agent))]
 pub async fn get(
-    State(state): State<AppState>,
+    state: State<AppState>,
     access: RegistryAccess,
-    path: PathParams,
+    raw: ItemKey<Prompts>,
 ) -> Result<Json<Prompt>, ApiError> {
-    let name = path_name(&path)?;
-    let prompt = state.store.get_prompt(&access.agent, &name).await?;
-    prompt.map(Json).ok_or_else(|| prompt_missing(&name)(StoreError::NotFound))
+    collection::get::<Prompts>(state, access, raw).await
 }
 
 /// Delete a prompt.
@@ -132,34 +129,11 @@ pub async fn get(
                (status = 404, description = "No such prompt", body = Problem, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "admin.delete_prompt", skip_all, fields(agent = %access.agent))]
 pub async fn delete(
-    State(state): State<AppState>,
+    state: State<AppState>,
     access: RegistryAccess,
-    path: PathParams,
+    raw: ItemKey<Prompts>,
 ) -> Result<StatusCode, ApiError> {
-    delete_prompt(&state, &access.agent, &path_name(&path)?, &access.actor).await?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-/// Validates a prompt (its templates compiled) and commits it: `PUT .../prompts/{name}` and the console.
-pub async fn put_prompt(
-    state: &AppState,
-    agent: &AgentId,
-    name: PromptName,
-    body: PromptBody,
-    actor: &Actor,
-) -> Result<Upserted<Prompt>, ApiError> {
-    let new = body.into_new(name, &state.config.limits.fields())?;
-    state.store.put_prompt(agent, &new, actor).await.map_err(agent_gone)
-}
-
-/// Deletes a prompt: `DELETE .../prompts/{name}` and the console.
-pub async fn delete_prompt(
-    state: &AppState,
-    agent: &AgentId,
-    name: &PromptName,
-    actor: &Actor,
-) -> Result<(), ApiError> {
-    state.store.delete_prompt(agent, name, actor).await.map_err(prompt_missing(name))
+    collection::delete::<Prompts>(state, access, raw).await
 }
 
 #[cfg(test)]

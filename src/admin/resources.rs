@@ -7,23 +7,24 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::Response;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::access::RegistryAccess;
-use super::extract::{JsonBody, QueryParams};
+use super::collection::{self, AdminCollection, ItemKey, missing};
+use super::extract::{JsonBody, PathParams};
 use super::page::{Page, PageQuery};
+use crate::domain::ResourceUri;
 use crate::domain::content::{validate_annotations, validate_base64, validate_meta};
 use crate::domain::limits::{Field, FieldLimits};
-use crate::domain::model::{Actor, Content, NewResource, Resource};
-use crate::domain::{AgentId, ResourceUri};
+use crate::domain::model::{Content, NewResource, Resource};
 use crate::error::{ApiError, Problem};
 use crate::metrics::Limit;
-use crate::registry::cursor::ListKind;
+use crate::registry::collection::Resources;
 use crate::state::AppState;
-use crate::store::{StoreError, Upserted};
 
 /// A resource to create or replace, keyed by `uri`, with exactly one of `text` or `blob`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -129,9 +130,18 @@ impl ResourceWithContent {
     }
 }
 
-/// 201 when created, 200 when replaced.
-pub fn upsert_status(created: bool) -> StatusCode {
-    if created { StatusCode::CREATED } else { StatusCode::OK }
+impl AdminCollection for Resources {
+    type Body = ResourceBody;
+    const KEY_PARAM: &'static str = "uri";
+
+    fn parse_key(raw: &str) -> Result<ResourceUri, ApiError> {
+        // A value that cannot be a URI is invalid (422), not absent.
+        Ok(ResourceUri::parse(raw)?)
+    }
+
+    fn new_item(state: &AppState, _path: &PathParams, body: ResourceBody) -> Result<NewResource, ApiError> {
+        body.into_new(state.config.limits.max_resource_bytes, &state.config.limits.fields())
+    }
 }
 
 /// Create or replace a resource.
@@ -144,12 +154,12 @@ pub fn upsert_status(created: bool) -> StatusCode {
                (status = 422, description = "Invalid values", body = Problem, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "admin.put_resource", skip_all, fields(agent = %access.agent))]
 pub async fn put(
-    State(state): State<AppState>,
+    state: State<AppState>,
     access: RegistryAccess,
-    JsonBody(body): JsonBody<ResourceBody>,
-) -> Result<(StatusCode, Json<Resource>), ApiError> {
-    let upserted = put_resource(&state, &access.agent, body, &access.actor).await?;
-    Ok((upsert_status(upserted.created), Json(upserted.item)))
+    path: PathParams,
+    body: JsonBody<ResourceBody>,
+) -> Result<Response, ApiError> {
+    collection::put::<Resources>(state, access, path, body).await
 }
 
 /// List resources (without content), ordered by URI.
@@ -161,14 +171,11 @@ pub async fn put(
     responses((status = 200, description = "A page of resources", body = Page<Resource>)))]
 #[tracing::instrument(name = "admin.list_resources", skip_all, fields(agent = %access.agent))]
 pub async fn list(
-    State(state): State<AppState>,
+    state: State<AppState>,
     access: RegistryAccess,
     page: PageQuery,
 ) -> Result<Json<Page<Resource>>, ApiError> {
-    let agent = access.agent.as_str();
-    let after = page.after(&state.cursors, ListKind::Resources, agent)?;
-    let rows = state.store.list_resources(&access.agent, after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Resources, agent, |r| r.uri.to_string())))
+    collection::list::<Resources>(state, access, page).await
 }
 
 /// Read a resource with its content.
@@ -182,13 +189,11 @@ pub async fn list(
 pub async fn content(
     State(state): State<AppState>,
     access: RegistryAccess,
-    query: QueryParams,
+    raw: ItemKey<Resources>,
 ) -> Result<Json<ResourceWithContent>, ApiError> {
-    let uri = query.require("uri")?;
-    let missing = || ApiError::NotFound(format!("resource {uri:?} does not exist"));
-    // A value that cannot be a URI is invalid (422), not absent.
-    let uri = ResourceUri::parse(uri)?;
-    let (resource, content) = state.store.get_resource(&access.agent, uri.as_str()).await?.ok_or_else(missing)?;
+    let uri = Resources::parse_key(raw.as_str())?;
+    let found = state.store.get_resource(&access.agent, uri.as_str()).await?;
+    let (resource, content) = found.ok_or_else(|| missing::<Resources>(raw.as_str()))?;
     Ok(Json(ResourceWithContent::new(resource, content)))
 }
 
@@ -201,42 +206,11 @@ pub async fn content(
                (status = 422, description = "Not a resource URI", body = Problem, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "admin.delete_resource", skip_all, fields(agent = %access.agent))]
 pub async fn delete(
-    State(state): State<AppState>,
+    state: State<AppState>,
     access: RegistryAccess,
-    query: QueryParams,
+    raw: ItemKey<Resources>,
 ) -> Result<StatusCode, ApiError> {
-    delete_resource(&state, &access.agent, query.require("uri")?, &access.actor).await?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-/// Validates a resource and commits it with its event and audit rows: `PUT .../resources` and the console.
-pub async fn put_resource(
-    state: &AppState,
-    agent: &AgentId,
-    body: ResourceBody,
-    actor: &Actor,
-) -> Result<Upserted<Resource>, ApiError> {
-    let resource = body.into_new(state.config.limits.max_resource_bytes, &state.config.limits.fields())?;
-    state.store.put_resource(agent, &resource, actor).await.map_err(agent_gone)
-}
-
-/// Deletes a resource: `DELETE .../resources?uri=` and the console.
-pub async fn delete_resource(state: &AppState, agent: &AgentId, uri: &str, actor: &Actor) -> Result<(), ApiError> {
-    let missing = || ApiError::NotFound(format!("resource {uri:?} does not exist"));
-    // A value that cannot be a URI is invalid (422), not absent.
-    let uri = ResourceUri::parse(uri)?;
-    state.store.delete_resource(agent, &uri, actor).await.map_err(|error| match error {
-        StoreError::NotFound => missing(),
-        other => other.into(),
-    })
-}
-
-/// A `NotFound` from an upsert means the agent went away after the access check.
-pub fn agent_gone(error: StoreError) -> ApiError {
-    match error {
-        StoreError::NotFound => ApiError::NotFound("the agent does not exist".to_owned()),
-        other => other.into(),
-    }
+    collection::delete::<Resources>(state, access, raw).await
 }
 
 #[cfg(test)]

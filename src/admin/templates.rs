@@ -7,22 +7,23 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::Response;
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::access::RegistryAccess;
-use super::extract::{JsonBody, QueryParams};
+use super::collection::{self, AdminCollection, ItemKey};
+use super::extract::{JsonBody, PathParams};
 use super::page::{Page, PageQuery};
-use super::resources::{agent_gone, check_mime_type, upsert_status};
+use super::resources::check_mime_type;
+use crate::domain::UriTemplate;
 use crate::domain::content::validate_annotations;
 use crate::domain::limits::{Field, FieldLimits};
-use crate::domain::model::{Actor, NewResourceTemplate, ResourceTemplate};
+use crate::domain::model::{NewResourceTemplate, ResourceTemplate};
 use crate::domain::render;
-use crate::domain::{AgentId, UriTemplate};
 use crate::error::{ApiError, Problem};
-use crate::registry::cursor::ListKind;
+use crate::registry::collection::Templates;
 use crate::state::AppState;
-use crate::store::{StoreError, Upserted};
 
 /// A resource template to create or replace, keyed by `uriTemplate`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -44,7 +45,9 @@ pub struct TemplateBody {
 }
 
 impl TemplateBody {
-    fn into_new(self, limits: &FieldLimits) -> Result<NewResourceTemplate, ApiError> {
+    /// The validated template; 422 for an invalid value or a text that does not compile, 413 for a field over
+    /// its limit.
+    pub fn into_new(self, limits: &FieldLimits) -> Result<NewResourceTemplate, ApiError> {
         limits.text(Field::UriTemplate, "uriTemplate", Some(&self.uri_template))?;
         limits.text(Field::Name, "name", Some(&self.name))?;
         limits.text(Field::Title, "title", self.title.as_deref())?;
@@ -84,6 +87,19 @@ impl TemplateBody {
     }
 }
 
+impl AdminCollection for Templates {
+    type Body = TemplateBody;
+    const KEY_PARAM: &'static str = "uriTemplate";
+
+    fn parse_key(raw: &str) -> Result<String, ApiError> {
+        Ok(raw.to_owned())
+    }
+
+    fn new_item(state: &AppState, _path: &PathParams, body: TemplateBody) -> Result<NewResourceTemplate, ApiError> {
+        body.into_new(&state.config.limits.fields())
+    }
+}
+
 /// Create or replace a resource template.
 #[utoipa::path(put, path = "/admin/v1/agents/{agent_id}/resource-templates", operation_id = "putResourceTemplate", tag = "resource templates",
     request_body = TemplateBody,
@@ -94,12 +110,12 @@ impl TemplateBody {
                (status = 422, description = "Invalid template or text that does not compile", body = Problem, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "admin.put_template", skip_all, fields(agent = %access.agent))]
 pub async fn put(
-    State(state): State<AppState>,
+    state: State<AppState>,
     access: RegistryAccess,
-    JsonBody(body): JsonBody<TemplateBody>,
-) -> Result<(StatusCode, Json<ResourceTemplate>), ApiError> {
-    let upserted = put_template(&state, &access.agent, body, &access.actor).await?;
-    Ok((upsert_status(upserted.created), Json(upserted.item)))
+    path: PathParams,
+    body: JsonBody<TemplateBody>,
+) -> Result<Response, ApiError> {
+    collection::put::<Templates>(state, access, path, body).await
 }
 
 /// List resource templates, ordered by `uriTemplate`.
@@ -111,14 +127,11 @@ pub async fn put(
     responses((status = 200, description = "A page of resource templates", body = Page<ResourceTemplate>)))]
 #[tracing::instrument(name = "admin.list_templates", skip_all, fields(agent = %access.agent))]
 pub async fn list(
-    State(state): State<AppState>,
+    state: State<AppState>,
     access: RegistryAccess,
     page: PageQuery,
 ) -> Result<Json<Page<ResourceTemplate>>, ApiError> {
-    let agent = access.agent.as_str();
-    let after = page.after(&state.cursors, ListKind::Templates, agent)?;
-    let rows = state.store.list_templates(&access.agent, after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Templates, agent, |t| t.uri_template.clone())))
+    collection::list::<Templates>(state, access, page).await
 }
 
 /// Delete a resource template.
@@ -129,37 +142,11 @@ pub async fn list(
                (status = 404, description = "No such template", body = Problem, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "admin.delete_template", skip_all, fields(agent = %access.agent))]
 pub async fn delete(
-    State(state): State<AppState>,
+    state: State<AppState>,
     access: RegistryAccess,
-    query: QueryParams,
+    raw: ItemKey<Templates>,
 ) -> Result<StatusCode, ApiError> {
-    delete_template(&state, &access.agent, query.require("uriTemplate")?, &access.actor).await?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-/// Validates a resource template (its text compiled) and commits it: `PUT .../resource-templates` and the
-/// console.
-pub async fn put_template(
-    state: &AppState,
-    agent: &AgentId,
-    body: TemplateBody,
-    actor: &Actor,
-) -> Result<Upserted<ResourceTemplate>, ApiError> {
-    let template = body.into_new(&state.config.limits.fields())?;
-    state.store.put_template(agent, &template, actor).await.map_err(agent_gone)
-}
-
-/// Deletes a resource template: `DELETE .../resource-templates?uriTemplate=` and the console.
-pub async fn delete_template(
-    state: &AppState,
-    agent: &AgentId,
-    uri_template: &str,
-    actor: &Actor,
-) -> Result<(), ApiError> {
-    state.store.delete_template(agent, uri_template, actor).await.map_err(|error| match error {
-        StoreError::NotFound => ApiError::NotFound(format!("resource template {uri_template:?} does not exist")),
-        other => other.into(),
-    })
+    collection::delete::<Templates>(state, access, raw).await
 }
 
 #[cfg(test)]

@@ -22,10 +22,10 @@ use serde_json::{Value, json};
 use super::auth::Console;
 use super::form::Form;
 use super::view::{self, ConsoleError, Result};
+use crate::admin::collection::{self, AdminCollection};
 use crate::admin::prompts::PromptBody;
 use crate::admin::resources::ResourceBody;
 use crate::admin::templates::TemplateBody;
-use crate::admin::{prompts, resources, templates};
 use crate::domain::model::{Agent, Content, KeyRecord, Resource};
 use crate::domain::time::Timestamp;
 use crate::domain::{PromptName, Scope};
@@ -36,6 +36,7 @@ use crate::mcp::methods::completion::Complete;
 use crate::mcp::methods::prompts::GetPrompt;
 use crate::mcp::methods::read::ReadResource;
 use crate::mcp::methods::{McpMethod, run};
+use crate::registry::collection::{Collection, Prompts, Resources, Templates};
 use crate::state::AppState;
 
 /// Items of each kind the registry page lists.
@@ -95,19 +96,45 @@ fn uri_query(name: &str, value: &str) -> String {
     serde_urlencoded::to_string([(name, value)]).unwrap_or_default()
 }
 
+/// How the console names an item of a registry collection.
+pub trait ConsoleCollection: AdminCollection {
+    /// The page of one item (`/console/agents/{agent_id}/<PAGE>`), and with `/delete` where it is deleted.
+    const PAGE: &'static str;
+    /// The form field and query parameter that name the item on that page.
+    const FIELD: &'static str;
+}
+
+impl ConsoleCollection for Resources {
+    const PAGE: &'static str = "resource";
+    const FIELD: &'static str = "uri";
+}
+
+impl ConsoleCollection for Templates {
+    const PAGE: &'static str = "template";
+    const FIELD: &'static str = "uri_template";
+}
+
+impl ConsoleCollection for Prompts {
+    const PAGE: &'static str = "prompt";
+    const FIELD: &'static str = "name";
+}
+
+/// The first [`LISTED`] items of a collection, in key order.
+async fn listed<C: Collection>(state: &AppState, agent: &Agent) -> Result<Vec<C::Item>> {
+    Ok(C::store(&*state.store).list(&agent.id, None, LISTED).await?)
+}
+
 /// `GET /console/agents/{agent_id}/registry`.
 pub async fn page(State(state): State<AppState>, console: Console, Path(id): Path<String>) -> Result<Response> {
     let agent = console.agent(&state, &id).await?;
-    let resources = state.store.list_resources(&agent.id, None, LISTED).await?;
+    let resources = listed::<Resources>(&state, &agent).await?;
     let is_truncated = resources.len() == LISTED as usize;
-    let templates: Vec<_> = state
-        .store
-        .list_templates(&agent.id, None, LISTED)
+    let templates: Vec<_> = listed::<Templates>(&state, &agent)
         .await?
         .into_iter()
-        .map(|template| context! { query => uri_query("uri_template", &template.uri_template), template })
+        .map(|template| context! { query => uri_query(Templates::FIELD, &template.uri_template), template })
         .collect();
-    let prompts = state.store.list_prompts(&agent.id, None, LISTED).await?;
+    let prompts = listed::<Prompts>(&state, &agent).await?;
     Ok(view::page(
         &console,
         "registry.html",
@@ -167,12 +194,26 @@ pub async fn put_resource(
         text: Some(form.get("text").unwrap_or_default().replace("\r\n", "\n")),
         blob: None,
     };
-    let upserted = resources::put_resource(&state, &agent.id, body, &console.actor()).await?;
-    Ok(to_resource(&agent, upserted.item.uri.as_str()))
+    put_resource_body(&state, &console, &agent, body).await
 }
 
-fn to_resource(agent: &Agent, uri: &str) -> Response {
-    Redirect::to(&format!("/console/agents/{}/resource?{}", agent.id, uri_query("uri", uri))).into_response()
+/// Validates and stores a resource of the console's forms, then shows it.
+async fn put_resource_body(state: &AppState, console: &Console, agent: &Agent, body: ResourceBody) -> Result<Response> {
+    let limits = &state.config.limits;
+    let new = body.into_new(limits.max_resource_bytes, &limits.fields())?;
+    put::<Resources>(state, console, agent, &new).await
+}
+
+/// Stores a validated item with the console's actor, then shows it on its page.
+async fn put<C: ConsoleCollection>(
+    state: &AppState,
+    console: &Console,
+    agent: &Agent,
+    new: &C::New,
+) -> Result<Response> {
+    let upserted = collection::store_item::<C>(state, &agent.id, new, &console.actor()).await?;
+    let query = uri_query(C::FIELD, C::key(&upserted.item));
+    Ok(Redirect::to(&format!("/console/agents/{}/{}?{query}", agent.id, C::PAGE)).into_response())
 }
 
 /// `POST …/resource/upload` (multipart): a file as a resource, its MIME type guessed from its name; text
@@ -218,8 +259,7 @@ pub async fn upload(
         text,
         blob,
     };
-    let upserted = resources::put_resource(&state, &agent.id, body, &console.actor()).await?;
-    Ok(to_resource(&agent, upserted.item.uri.as_str()))
+    put_resource_body(&state, &console, &agent, body).await
 }
 
 /// `GET …/resource/download?uri=`: the content as an attachment (never rendered in the console's origin).
@@ -258,43 +298,16 @@ pub async fn download(
     Ok(response)
 }
 
-/// `POST …/resource/delete`.
-pub async fn delete_resource(
+/// `POST …/resource/delete`, `…/template/delete`, `…/prompt/delete`: the item the form names.
+pub async fn delete<C: ConsoleCollection>(
     State(state): State<AppState>,
     console: Console,
     Path(id): Path<String>,
     form: Form,
 ) -> Result<Response> {
     let agent = console.change(&state, &id, &form).await?;
-    let uri = form.get("uri").unwrap_or_default();
-    resources::delete_resource(&state, &agent.id, uri, &console.actor()).await?;
-    Ok(Redirect::to(&format!("/console/agents/{}/registry", agent.id)).into_response())
-}
-
-/// `POST …/template/delete`.
-pub async fn delete_template(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    form: Form,
-) -> Result<Response> {
-    let agent = console.change(&state, &id, &form).await?;
-    let uri_template = form.get("uri_template").unwrap_or_default();
-    templates::delete_template(&state, &agent.id, uri_template, &console.actor()).await?;
-    Ok(Redirect::to(&format!("/console/agents/{}/registry", agent.id)).into_response())
-}
-
-/// `POST …/prompt/delete`.
-pub async fn delete_prompt(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    form: Form,
-) -> Result<Response> {
-    let agent = console.change(&state, &id, &form).await?;
-    let raw = form.get("name").unwrap_or_default();
-    let name = PromptName::parse(raw).map_err(|_| ApiError::NotFound(format!("prompt {raw:?} does not exist")))?;
-    prompts::delete_prompt(&state, &agent.id, &name, &console.actor()).await?;
+    let raw = form.get(C::FIELD).unwrap_or_default();
+    collection::delete_item::<C>(&state, &agent.id, raw, &console.actor()).await?;
     Ok(Redirect::to(&format!("/console/agents/{}/registry", agent.id)).into_response())
 }
 
@@ -342,7 +355,7 @@ pub async fn template(
     let template = match query.given("uri_template") {
         None => None,
         Some(wanted) => {
-            let all = state.store.list_templates(&agent.id, None, LISTED).await?;
+            let all = listed::<Templates>(&state, &agent).await?;
             let found = all.into_iter().find(|t| t.uri_template == wanted);
             Some(found.ok_or_else(|| ApiError::NotFound(format!("resource template {wanted:?} does not exist")))?)
         }
@@ -379,9 +392,8 @@ pub async fn put_template(
         annotations: None,
         text: form.given("text").map(|text| text.replace("\r\n", "\n")),
     };
-    let upserted = templates::put_template(&state, &agent.id, body, &console.actor()).await?;
-    let query = uri_query("uri_template", &upserted.item.uri_template);
-    Ok(Redirect::to(&format!("/console/agents/{}/template?{query}", agent.id)).into_response())
+    let new = body.into_new(&state.config.limits.fields())?;
+    put::<Templates>(&state, &console, &agent, &new).await
 }
 
 /// `GET …/prompt?name=&arg.<name>=…&preview=1`: a prompt's form, and with `preview` what `prompts/get`
@@ -399,7 +411,7 @@ pub async fn prompt(
         Some(raw_name) => {
             let missing = || ApiError::NotFound(format!("prompt {raw_name:?} does not exist"));
             let name = PromptName::parse(raw_name).map_err(|_| missing())?;
-            Some(state.store.get_prompt(&agent.id, &name).await?.ok_or_else(missing)?)
+            Some(Prompts::store(&*state.store).get(&agent.id, &name).await?.ok_or_else(missing)?)
         }
     };
     let mut arguments = Vec::new();
@@ -473,9 +485,8 @@ pub async fn put_prompt(
         }
     }
     let body: PromptBody = crate::admin::extract::from_value(Value::Object(body), "")?;
-    let upserted = prompts::put_prompt(&state, &agent.id, name, body, &console.actor()).await?;
-    let query = uri_query("name", upserted.item.name.as_str());
-    Ok(Redirect::to(&format!("/console/agents/{}/prompt?{query}", agent.id)).into_response())
+    let new = body.into_new(name, &state.config.limits.fields())?;
+    put::<Prompts>(&state, &console, &agent, &new).await
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
 use crate::mcp::types::{CompleteRequestParams, CompleteResult, CompletionInfo, Reference};
 use crate::mcp::uri_match::{MatchBudget, literal_prefix, match_uri_within};
+use crate::registry::collection::{Collection, Resources};
 
 /// Values in one answer (the specification's maximum).
 pub const MAX_VALUES: usize = 100;
@@ -89,7 +90,7 @@ async fn template_values(
     let mut budget = MatchBudget::per_request();
     // Starting after the prefix itself skips a resource stored exactly at the prefix; it has no variables.
     'pages: while scanned < URI_SCAN_LIMIT {
-        let page = store.list_resources(&ctx.agent.id, after.as_deref(), SCAN_PAGE).await?;
+        let page = Resources::store(&**store).list(&ctx.agent.id, after.as_deref(), SCAN_PAGE).await?;
         let is_last = page.len() < SCAN_PAGE as usize;
         for resource in &page {
             let uri = resource.uri.as_str();

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::resources::{PAGE_SIZE, Page, cursor, list};
-use super::{Answer, McpMethod, params, render_bounded};
+use super::resources::{List, McpCollection};
+use super::{McpMethod, params, render_bounded};
 use crate::domain::PromptName;
 use crate::domain::content::template_sources;
 use crate::domain::model::{Prompt, Role};
@@ -20,30 +20,17 @@ use crate::mcp::types::{
 };
 use crate::metrics::Limit;
 use crate::registry::cache::{Key, Loaded};
-use crate::registry::cursor::ListKind;
+use crate::registry::collection::{Collection, Prompts};
 use crate::store::StoreError;
 
 /// `prompts/list`: prompts in name order.
-pub struct ListPrompts {
-    cursor: Option<String>,
-}
+pub type ListPrompts = List<Prompts>;
 
-impl McpMethod for ListPrompts {
-    type Output = Answer;
+impl McpCollection for Prompts {
+    type Listed = McpPrompt;
 
-    fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
-        Ok(Self { cursor: cursor(raw)? })
-    }
-
-    async fn apply(self, ctx: &Context<'_>) -> Result<Answer, McpError> {
-        let store = ctx.registry().store().clone();
-        let agent = ctx.agent.id.clone();
-        let max_bytes = ctx.state.config.limits.max_page_bytes;
-        list(ctx, ListKind::Prompts, "prompts", self.cursor, |after| async move {
-            let rows = store.list_prompts(&agent, after.as_deref(), PAGE_SIZE + 1).await?;
-            Page::from_items(rows.iter().map(mcp_prompt).collect(), |p: &McpPrompt| p.name.clone(), max_bytes)
-        })
-        .await
+    fn listed(prompt: &Prompt) -> McpPrompt {
+        mcp_prompt(prompt)
     }
 }
 
@@ -92,7 +79,7 @@ pub(crate) async fn find_prompt(ctx: &Context<'_>, name: &str) -> Result<Option<
     let found = ctx
         .registry()
         .get_or_load(&ctx.agent.id, Key::Prompt(name.to_owned()), || async move {
-            let Some(prompt) = store.get_prompt(&agent, &parsed).await? else {
+            let Some(prompt) = Prompts::store(&*store).get(&agent, &parsed).await? else {
                 return Ok(Loaded { value: None, bytes: Some(64) });
             };
             let bytes =

@@ -19,6 +19,7 @@ use crate::mcp::types::{ReadResourceRequestParams, ReadResult, ResourceContents}
 use crate::mcp::uri_match::{MatchBudget, match_uri_within};
 use crate::metrics::Limit;
 use crate::registry::cache::{Key, Loaded};
+use crate::registry::collection::{Collection, Templates};
 use crate::store::StoreError;
 
 /// The MIME type that marks a directory resource.
@@ -162,7 +163,7 @@ async fn readable_templates(ctx: &Context<'_>) -> Result<Arc<ReadableTemplates>,
     let templates = ctx
         .registry()
         .get_or_load(&ctx.agent.id, Key::Templates, || async move {
-            let rows = store.list_templates(&agent, None, MAX_TEMPLATES).await?;
+            let rows = Templates::store(&*store).list(&agent, None, MAX_TEMPLATES).await?;
             let templates: Vec<Readable> = rows
                 .into_iter()
                 .filter(|row| row.text.is_some())
@@ -200,7 +201,8 @@ async fn template_text(ctx: &Context<'_>, uri_template: &str) -> Result<Option<A
     let compiled = ctx
         .registry()
         .get_or_load(&ctx.agent.id, Key::TemplateText(uri_template.to_owned()), || async move {
-            let Some(source) = store.get_template(&agent, uri_template).await?.and_then(|row| row.text) else {
+            let key = uri_template.to_owned();
+            let Some(source) = Templates::store(&*store).get(&agent, &key).await?.and_then(|row| row.text) else {
                 return Ok(Loaded { value: None, bytes: Some(64) });
             };
             // Compiled instructions and the environments' tables take a multiple of the source.
