@@ -159,3 +159,82 @@ pub async fn delete_item<C: AdminCollection>(
         other => other.into(),
     })
 }
+
+/// Defines one collection's handler of a shared operation: its doc comment and `#[utoipa::path]` (from
+/// which the OpenAPI document is generated; the security, the success answers and the problem+json bodies
+/// are the same for every collection), its span named `in`, and its work done by the generic operation of
+/// this module. `refused(status "description", ...)` lists the operation's own error answers.
+macro_rules! handler {
+    (
+        $(#[$doc:meta])*
+        put::<$kind:ty>($body:ident -> $item:ident) in $span:tt at $path:tt as $id:tt, tag $tag:tt,
+        params($($param:tt)*), created $created:tt, replaced $replaced:tt, refused($($refused:tt)*)
+    ) => {
+        $crate::admin::collection::handler! {
+            @operation $(#[$doc])* put put::<$kind>(path: $crate::admin::extract::PathParams,
+                body: $crate::admin::extract::JsonBody<$body>) -> axum::response::Response,
+            $span, $path, $id, $tag, request_body = $body, params($($param)*),
+            ok((status = 201, description = $created, body = $item), (status = 200, description = $replaced, body = $item)),
+            refused($($refused)*)
+        }
+    };
+    (
+        $(#[$doc:meta])*
+        list::<$kind:ty>($item:ident) in $span:tt at $path:tt as $id:tt, tag $tag:tt, described $described:tt
+    ) => {
+        $crate::admin::collection::handler! {
+            @operation $(#[$doc])* get list::<$kind>(page: $crate::admin::page::PageQuery)
+                -> axum::Json<$crate::admin::page::Page<$item>>,
+            $span, $path, $id, $tag,
+            params(("agent_id" = String, Path),
+                   ("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
+                   ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
+            ok((status = 200, description = $described, body = Page<$item>)), refused()
+        }
+    };
+    (
+        $(#[$doc:meta])*
+        get::<$kind:ty>($item:ident) in $span:tt at $path:tt as $id:tt, tag $tag:tt,
+        params($($param:tt)*), found $found:tt, refused($($refused:tt)*)
+    ) => {
+        $crate::admin::collection::handler! {
+            @operation $(#[$doc])* get get::<$kind>(raw: $crate::admin::collection::ItemKey<$kind>) -> axum::Json<$item>,
+            $span, $path, $id, $tag, params($($param)*), ok((status = 200, description = $found, body = $item)),
+            refused($($refused)*)
+        }
+    };
+    (
+        $(#[$doc:meta])*
+        delete::<$kind:ty> in $span:tt at $path:tt as $id:tt, tag $tag:tt,
+        params($($param:tt)*), refused($($refused:tt)*)
+    ) => {
+        $crate::admin::collection::handler! {
+            @operation $(#[$doc])* delete delete::<$kind>(raw: $crate::admin::collection::ItemKey<$kind>)
+                -> axum::http::StatusCode,
+            $span, $path, $id, $tag, params($($param)*), ok((status = 204, description = "Deleted")),
+            refused($($refused)*)
+        }
+    };
+    (
+        @operation $(#[$doc:meta])* $method:ident $operation:ident::<$kind:ty>($($arg:ident: $arg_type:ty),*) -> $out:ty,
+        $span:tt, $path:tt, $id:tt, $tag:tt, $(request_body = $body:ident,)? params($($param:tt)*),
+        ok($($ok:tt)*), refused($($status:tt $why:tt),*)
+    ) => {
+        $(#[$doc])*
+        #[utoipa::path($method, path = $path, operation_id = $id, tag = $tag, $(request_body = $body,)?
+            params($($param)*),
+            security(("operator" = []), ("agentKey" = [])),
+            responses($($ok)*
+                $(, (status = $status, description = $why, body = Problem, content_type = "application/problem+json"))*))]
+        #[tracing::instrument(name = $span, skip_all, fields(agent = %access.agent))]
+        pub async fn $operation(
+            state: axum::extract::State<$crate::state::AppState>,
+            access: $crate::admin::access::RegistryAccess,
+            $($arg: $arg_type),*
+        ) -> Result<$out, $crate::error::ApiError> {
+            $crate::admin::collection::$operation::<$kind>(state, access, $($arg),*).await
+        }
+    };
+}
+
+pub(crate) use handler;

@@ -3,16 +3,11 @@
 //! Message texts (and the `uri`/`text` of `resource` and `resource_link` blocks) are MiniJinja
 //! templates; a prompt whose templates do not compile is refused with 422.
 
-use axum::Json;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::Response;
 use serde::Deserialize;
 
-use super::access::RegistryAccess;
-use super::collection::{self, AdminCollection, ItemKey, missing};
-use super::extract::{JsonBody, PathParams};
-use super::page::{Page, PageQuery};
+use super::collection::{self, AdminCollection, missing};
+use super::extract::PathParams;
+use super::page::Page;
 use crate::domain::limits::{Field, FieldLimits};
 use crate::domain::model::{NewPrompt, Prompt, PromptArgument, PromptMessage};
 use crate::domain::prompt;
@@ -73,71 +68,38 @@ impl AdminCollection for Prompts {
     }
 }
 
-/// Create or replace a prompt.
-#[utoipa::path(put, path = "/admin/v1/agents/{agent_id}/prompts/{name}", operation_id = "putPrompt", tag = "prompts", request_body = PromptBody,
-    params(("agent_id" = String, Path), ("name" = String, Path, description = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")),
-    security(("operator" = []), ("agentKey" = [])),
-    responses((status = 201, description = "Created", body = Prompt),
-               (status = 200, description = "Replaced", body = Prompt),
-               (status = 422, description = "Invalid name, arguments or messages, or a template that does not compile", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.put_prompt", skip_all, fields(agent = %access.agent))]
-pub async fn put(
-    state: State<AppState>,
-    access: RegistryAccess,
-    path: PathParams,
-    body: JsonBody<PromptBody>,
-) -> Result<Response, ApiError> {
-    collection::put::<Prompts>(state, access, path, body).await
+collection::handler! {
+    /// Create or replace a prompt.
+    put::<Prompts>(PromptBody -> Prompt) in "admin.put_prompt" at "/admin/v1/agents/{agent_id}/prompts/{name}"
+        as "putPrompt", tag "prompts",
+        params(("agent_id" = String, Path), ("name" = String, Path, description = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")),
+        created "Created", replaced "Replaced",
+        refused(422 "Invalid name, arguments or messages, or a template that does not compile")
 }
 
-/// List prompts, ordered by name.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/prompts", operation_id = "listPrompts", tag = "prompts",
-    params(("agent_id" = String, Path),
-           ("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
-           ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
-    security(("operator" = []), ("agentKey" = [])),
-    responses((status = 200, description = "A page of prompts", body = Page<Prompt>)))]
-#[tracing::instrument(name = "admin.list_prompts", skip_all, fields(agent = %access.agent))]
-pub async fn list(
-    state: State<AppState>,
-    access: RegistryAccess,
-    page: PageQuery,
-) -> Result<Json<Page<Prompt>>, ApiError> {
-    collection::list::<Prompts>(state, access, page).await
+collection::handler! {
+    /// List prompts, ordered by name.
+    list::<Prompts>(Prompt) in "admin.list_prompts"
+        at "/admin/v1/agents/{agent_id}/prompts" as "listPrompts", tag "prompts", described "A page of prompts"
 }
 
-/// Read a prompt.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/prompts/{name}", operation_id = "getPrompt", tag = "prompts",
-    params(("agent_id" = String, Path), ("name" = String, Path)),
-    security(("operator" = []), ("agentKey" = [])),
-    responses((status = 200, description = "The prompt", body = Prompt),
-               (status = 404, description = "No such prompt", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.get_prompt", skip_all, fields(agent = %access.agent))]
-pub async fn get(
-    state: State<AppState>,
-    access: RegistryAccess,
-    raw: ItemKey<Prompts>,
-) -> Result<Json<Prompt>, ApiError> {
-    collection::get::<Prompts>(state, access, raw).await
+collection::handler! {
+    /// Read a prompt.
+    get::<Prompts>(Prompt) in "admin.get_prompt" at "/admin/v1/agents/{agent_id}/prompts/{name}" as "getPrompt",
+        tag "prompts", params(("agent_id" = String, Path), ("name" = String, Path)), found "The prompt",
+        refused(404 "No such prompt")
 }
 
-/// Delete a prompt.
-#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}/prompts/{name}", operation_id = "deletePrompt", tag = "prompts",
-    params(("agent_id" = String, Path), ("name" = String, Path)),
-    security(("operator" = []), ("agentKey" = [])),
-    responses((status = 204, description = "Deleted"),
-               (status = 404, description = "No such prompt", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.delete_prompt", skip_all, fields(agent = %access.agent))]
-pub async fn delete(
-    state: State<AppState>,
-    access: RegistryAccess,
-    raw: ItemKey<Prompts>,
-) -> Result<StatusCode, ApiError> {
-    collection::delete::<Prompts>(state, access, raw).await
+collection::handler! {
+    /// Delete a prompt.
+    delete::<Prompts> in "admin.delete_prompt" at "/admin/v1/agents/{agent_id}/prompts/{name}" as "deletePrompt",
+        tag "prompts", params(("agent_id" = String, Path), ("name" = String, Path)), refused(404 "No such prompt")
 }
 
 #[cfg(test)]
 mod tests {
+    use axum::http::StatusCode;
+
     use super::*;
     use crate::admin::extract::{from_value, parse_json};
 

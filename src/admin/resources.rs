@@ -6,8 +6,6 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::Response;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
@@ -15,8 +13,8 @@ use serde_json::Value;
 
 use super::access::RegistryAccess;
 use super::collection::{self, AdminCollection, ItemKey, missing};
-use super::extract::{JsonBody, PathParams};
-use super::page::{Page, PageQuery};
+use super::extract::PathParams;
+use super::page::Page;
 use crate::domain::ResourceUri;
 use crate::domain::content::{validate_annotations, validate_base64, validate_meta};
 use crate::domain::limits::{Field, FieldLimits};
@@ -144,38 +142,18 @@ impl AdminCollection for Resources {
     }
 }
 
-/// Create or replace a resource.
-#[utoipa::path(put, path = "/admin/v1/agents/{agent_id}/resources", operation_id = "putResource", tag = "resources", request_body = ResourceBody,
-    params(("agent_id" = String, Path)),
-    security(("operator" = []), ("agentKey" = [])),
-    responses((status = 201, description = "Created (without content)", body = Resource),
-               (status = 200, description = "Replaced (without content)", body = Resource),
-               (status = 413, description = "Content over the limit", body = Problem, content_type = "application/problem+json"),
-               (status = 422, description = "Invalid values", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.put_resource", skip_all, fields(agent = %access.agent))]
-pub async fn put(
-    state: State<AppState>,
-    access: RegistryAccess,
-    path: PathParams,
-    body: JsonBody<ResourceBody>,
-) -> Result<Response, ApiError> {
-    collection::put::<Resources>(state, access, path, body).await
+collection::handler! {
+    /// Create or replace a resource.
+    put::<Resources>(ResourceBody -> Resource) in "admin.put_resource"
+        at "/admin/v1/agents/{agent_id}/resources" as "putResource", tag "resources", params(("agent_id" = String, Path)),
+        created "Created (without content)", replaced "Replaced (without content)",
+        refused(413 "Content over the limit", 422 "Invalid values")
 }
 
-/// List resources (without content), ordered by URI.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/resources", operation_id = "listResources", tag = "resources",
-    params(("agent_id" = String, Path),
-           ("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
-           ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
-    security(("operator" = []), ("agentKey" = [])),
-    responses((status = 200, description = "A page of resources", body = Page<Resource>)))]
-#[tracing::instrument(name = "admin.list_resources", skip_all, fields(agent = %access.agent))]
-pub async fn list(
-    state: State<AppState>,
-    access: RegistryAccess,
-    page: PageQuery,
-) -> Result<Json<Page<Resource>>, ApiError> {
-    collection::list::<Resources>(state, access, page).await
+collection::handler! {
+    /// List resources (without content), ordered by URI.
+    list::<Resources>(Resource) in "admin.list_resources"
+        at "/admin/v1/agents/{agent_id}/resources" as "listResources", tag "resources", described "A page of resources"
 }
 
 /// Read a resource with its content.
@@ -197,24 +175,17 @@ pub async fn content(
     Ok(Json(ResourceWithContent::new(resource, content)))
 }
 
-/// Delete a resource.
-#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}/resources", operation_id = "deleteResource", tag = "resources",
-    params(("agent_id" = String, Path), ("uri" = String, Query)),
-    security(("operator" = []), ("agentKey" = [])),
-    responses((status = 204, description = "Deleted"),
-               (status = 404, description = "No such resource", body = Problem, content_type = "application/problem+json"),
-               (status = 422, description = "Not a resource URI", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.delete_resource", skip_all, fields(agent = %access.agent))]
-pub async fn delete(
-    state: State<AppState>,
-    access: RegistryAccess,
-    raw: ItemKey<Resources>,
-) -> Result<StatusCode, ApiError> {
-    collection::delete::<Resources>(state, access, raw).await
+collection::handler! {
+    /// Delete a resource.
+    delete::<Resources> in "admin.delete_resource" at "/admin/v1/agents/{agent_id}/resources" as "deleteResource",
+        tag "resources", params(("agent_id" = String, Path), ("uri" = String, Query)),
+        refused(404 "No such resource", 422 "Not a resource URI")
 }
 
 #[cfg(test)]
 mod tests {
+    use axum::http::StatusCode;
+
     use super::*;
     use crate::admin::extract::{from_value, parse_json};
 

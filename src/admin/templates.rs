@@ -4,17 +4,12 @@
 //! `resources/read`, so it must stay within levels 1–3 without explode or prefix modifiers, and its
 //! `text` must compile as a MiniJinja template.
 
-use axum::Json;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::Response;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::access::RegistryAccess;
-use super::collection::{self, AdminCollection, ItemKey};
-use super::extract::{JsonBody, PathParams};
-use super::page::{Page, PageQuery};
+use super::collection::{self, AdminCollection};
+use super::extract::PathParams;
+use super::page::Page;
 use super::resources::check_mime_type;
 use crate::domain::UriTemplate;
 use crate::domain::content::validate_annotations;
@@ -100,57 +95,31 @@ impl AdminCollection for Templates {
     }
 }
 
-/// Create or replace a resource template.
-#[utoipa::path(put, path = "/admin/v1/agents/{agent_id}/resource-templates", operation_id = "putResourceTemplate", tag = "resource templates",
-    request_body = TemplateBody,
-    params(("agent_id" = String, Path)),
-    security(("operator" = []), ("agentKey" = [])),
-    responses((status = 201, description = "Created", body = ResourceTemplate),
-               (status = 200, description = "Replaced", body = ResourceTemplate),
-               (status = 422, description = "Invalid template or text that does not compile", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.put_template", skip_all, fields(agent = %access.agent))]
-pub async fn put(
-    state: State<AppState>,
-    access: RegistryAccess,
-    path: PathParams,
-    body: JsonBody<TemplateBody>,
-) -> Result<Response, ApiError> {
-    collection::put::<Templates>(state, access, path, body).await
+collection::handler! {
+    /// Create or replace a resource template.
+    put::<Templates>(TemplateBody -> ResourceTemplate) in "admin.put_template"
+        at "/admin/v1/agents/{agent_id}/resource-templates" as "putResourceTemplate", tag "resource templates",
+        params(("agent_id" = String, Path)), created "Created", replaced "Replaced",
+        refused(422 "Invalid template or text that does not compile")
 }
 
-/// List resource templates, ordered by `uriTemplate`.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/resource-templates", operation_id = "listResourceTemplates", tag = "resource templates",
-    params(("agent_id" = String, Path),
-           ("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
-           ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
-    security(("operator" = []), ("agentKey" = [])),
-    responses((status = 200, description = "A page of resource templates", body = Page<ResourceTemplate>)))]
-#[tracing::instrument(name = "admin.list_templates", skip_all, fields(agent = %access.agent))]
-pub async fn list(
-    state: State<AppState>,
-    access: RegistryAccess,
-    page: PageQuery,
-) -> Result<Json<Page<ResourceTemplate>>, ApiError> {
-    collection::list::<Templates>(state, access, page).await
+collection::handler! {
+    /// List resource templates, ordered by `uriTemplate`.
+    list::<Templates>(ResourceTemplate) in "admin.list_templates" at "/admin/v1/agents/{agent_id}/resource-templates"
+        as "listResourceTemplates", tag "resource templates", described "A page of resource templates"
 }
 
-/// Delete a resource template.
-#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}/resource-templates", operation_id = "deleteResourceTemplate", tag = "resource templates",
-    params(("agent_id" = String, Path), ("uriTemplate" = String, Query)),
-    security(("operator" = []), ("agentKey" = [])),
-    responses((status = 204, description = "Deleted"),
-               (status = 404, description = "No such template", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.delete_template", skip_all, fields(agent = %access.agent))]
-pub async fn delete(
-    state: State<AppState>,
-    access: RegistryAccess,
-    raw: ItemKey<Templates>,
-) -> Result<StatusCode, ApiError> {
-    collection::delete::<Templates>(state, access, raw).await
+collection::handler! {
+    /// Delete a resource template.
+    delete::<Templates> in "admin.delete_template" at "/admin/v1/agents/{agent_id}/resource-templates"
+        as "deleteResourceTemplate", tag "resource templates",
+        params(("agent_id" = String, Path), ("uriTemplate" = String, Query)), refused(404 "No such template")
 }
 
 #[cfg(test)]
 mod tests {
+    use axum::http::StatusCode;
+
     use super::*;
     use crate::admin::extract::{from_value, parse_json};
 
