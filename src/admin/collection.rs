@@ -160,6 +160,58 @@ pub async fn delete_item<C: AdminCollection>(
     })
 }
 
+/// Declares the admin body of an item described like an MCP resource (a resource, a resource template): its
+/// key field, then `name`, `title`, `description` and `mimeType`, then its own fields; with the checks of
+/// the described fields, which its `into_new` makes in its own order.
+macro_rules! described_body {
+    (
+        $(#[$attr:meta])*
+        pub struct $body:ident {
+            $(#[$key_attr:meta])* pub $key:ident: String,
+            $($(#[$own_attr:meta])* pub $own:ident: $own_type:ty,)*
+        }
+    ) => {
+        $(#[$attr])*
+        pub struct $body {
+            $(#[$key_attr])* pub $key: String,
+            /// Not blank.
+            pub name: String,
+            pub title: Option<String>,
+            pub description: Option<String>,
+            /// A media type, `type/subtype` with optional parameters.
+            pub mime_type: Option<String>,
+            $($(#[$own_attr])* pub $own: $own_type,)*
+        }
+
+        impl $body {
+            /// The described fields within their limits: 413 naming the first one over.
+            fn limit_described(
+                &self,
+                limits: &$crate::domain::limits::FieldLimits,
+            ) -> Result<(), $crate::domain::limits::TooLarge> {
+                use $crate::domain::limits::Field;
+                limits.text(Field::Name, "name", Some(&self.name))?;
+                limits.text(Field::Title, "title", self.title.as_deref())?;
+                limits.text(Field::Description, "description", self.description.as_deref())?;
+                limits.text(Field::MimeType, "mimeType", self.mime_type.as_deref())
+            }
+
+            /// A name that is not blank and a media type (422 otherwise).
+            fn check_described(&self) -> Result<(), $crate::error::ApiError> {
+                if self.name.trim().is_empty() {
+                    return Err($crate::error::ApiError::Unprocessable("name must not be empty".to_owned()));
+                }
+                if let Some(mime_type) = &self.mime_type {
+                    $crate::admin::resources::check_mime_type(mime_type)?;
+                }
+                Ok(())
+            }
+        }
+    };
+}
+
+pub(crate) use described_body;
+
 /// Defines one collection's handler of a shared operation: its doc comment and `#[utoipa::path]` (from
 /// which the OpenAPI document is generated; the security, the success answers and the problem+json bodies
 /// are the same for every collection), its span named `in`, and its work done by the generic operation of

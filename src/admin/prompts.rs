@@ -37,13 +37,8 @@ impl PromptBody {
         // Measured before the templates are compiled.
         prompt::check_sizes(limits, &self.arguments, &self.messages)?;
         prompt::validate(&self.arguments, &self.messages).map_err(ApiError::Unprocessable)?;
-        Ok(NewPrompt {
-            name,
-            title: self.title,
-            description: self.description,
-            arguments: self.arguments,
-            messages: self.messages,
-        })
+        let Self { title, description, arguments, messages } = self;
+        Ok(NewPrompt { name, title, description, arguments, messages })
     }
 }
 
@@ -101,14 +96,11 @@ mod tests {
     use axum::http::StatusCode;
 
     use super::*;
-    use crate::admin::extract::{from_value, parse_json};
+    use crate::admin::extract::body_status;
 
     fn check(json: &str) -> Result<NewPrompt, StatusCode> {
         let name = PromptName::parse("p").expect("valid name");
-        parse_json(json.as_bytes())
-            .and_then(|v| from_value::<PromptBody>(v, ""))
-            .and_then(|body| body.into_new(name, &crate::config::LimitsConfig::default().fields()))
-            .map_err(|e| e.status())
+        body_status(json, |body: PromptBody| body.into_new(name, &crate::config::LimitsConfig::default().fields()))
     }
 
     #[test]

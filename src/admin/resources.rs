@@ -24,20 +24,15 @@ use crate::metrics::Limit;
 use crate::registry::collection::Resources;
 use crate::state::AppState;
 
-/// A resource to create or replace, keyed by `uri`, with exactly one of `text` or `blob`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ResourceBody {
-    /// An absolute URI (RFC 3986: a scheme, no fragment), at most 2048 bytes.
-    #[schema(example = "test://static-text", max_length = 2048)]
-    pub uri: String,
-    /// Not blank.
-    pub name: String,
-    pub title: Option<String>,
-    pub description: Option<String>,
-    /// A media type, `type/subtype` with optional parameters.
-    pub mime_type: Option<String>,
-    /// MCP annotations: `audience`, `priority`, `lastModified`.
+collection::described_body! {
+    /// A resource to create or replace, keyed by `uri`, with exactly one of `text` or `blob`.
+    #[derive(Debug, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct ResourceBody {
+        /// An absolute URI (RFC 3986: a scheme, no fragment), at most 2048 bytes.
+        #[schema(example = "test://static-text", max_length = 2048)]
+        pub uri: String,
+        /// MCP annotations: `audience`, `priority`, `lastModified`.
     #[schema(value_type = Option<Object>)]
     pub annotations: Option<Value>,
     #[serde(rename = "_meta")]
@@ -48,25 +43,18 @@ pub struct ResourceBody {
     /// Binary content, standard base64 with padding.
     pub blob: Option<String>,
 }
+}
 
 impl ResourceBody {
     /// The validated resource; 422 for an invalid value, 413 for content over `max_bytes` or a field over
     /// its limit.
     pub fn into_new(self, max_bytes: usize, limits: &FieldLimits) -> Result<NewResource, ApiError> {
         let invalid = ApiError::Unprocessable;
-        limits.text(Field::Name, "name", Some(&self.name))?;
-        limits.text(Field::Title, "title", self.title.as_deref())?;
-        limits.text(Field::Description, "description", self.description.as_deref())?;
-        limits.text(Field::MimeType, "mimeType", self.mime_type.as_deref())?;
+        self.limit_described(limits)?;
         limits.json(Field::Annotations, "annotations", self.annotations.as_ref())?;
         limits.json(Field::Meta, "_meta", self.meta.as_ref())?;
         let uri = ResourceUri::parse(&self.uri)?;
-        if self.name.trim().is_empty() {
-            return Err(invalid("name must not be empty".to_owned()));
-        }
-        if let Some(mime_type) = &self.mime_type {
-            check_mime_type(mime_type)?;
-        }
+        self.check_described()?;
         self.annotations.as_ref().map(validate_annotations).transpose().map_err(invalid)?;
         self.meta.as_ref().map(validate_meta).transpose().map_err(invalid)?;
         let content = match (self.text, self.blob) {
@@ -187,13 +175,10 @@ mod tests {
     use axum::http::StatusCode;
 
     use super::*;
-    use crate::admin::extract::{from_value, parse_json};
+    use crate::admin::extract::body_status;
 
     fn check(json: &str) -> Result<NewResource, StatusCode> {
-        parse_json(json.as_bytes())
-            .and_then(|v| from_value::<ResourceBody>(v, ""))
-            .and_then(|body| body.into_new(16, &crate::config::LimitsConfig::default().fields()))
-            .map_err(|e| e.status())
+        body_status(json, |body: ResourceBody| body.into_new(16, &crate::config::LimitsConfig::default().fields()))
     }
 
     #[test]

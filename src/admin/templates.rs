@@ -10,7 +10,6 @@ use serde_json::Value;
 use super::collection::{self, AdminCollection};
 use super::extract::PathParams;
 use super::page::Page;
-use super::resources::check_mime_type;
 use crate::domain::UriTemplate;
 use crate::domain::content::validate_annotations;
 use crate::domain::limits::{Field, FieldLimits};
@@ -20,23 +19,19 @@ use crate::error::{ApiError, Problem};
 use crate::registry::collection::Templates;
 use crate::state::AppState;
 
-/// A resource template to create or replace, keyed by `uriTemplate`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct TemplateBody {
-    /// RFC 6570.
-    #[schema(example = "test://template/{id}/data", min_length = 1)]
-    pub uri_template: String,
-    /// Not blank.
-    pub name: String,
-    pub title: Option<String>,
-    pub description: Option<String>,
-    /// A media type, `type/subtype` with optional parameters.
-    pub mime_type: Option<String>,
-    #[schema(value_type = Option<Object>)]
-    pub annotations: Option<Value>,
-    /// A MiniJinja template rendered with the URI's variables when a matching URI is read.
-    pub text: Option<String>,
+collection::described_body! {
+    /// A resource template to create or replace, keyed by `uriTemplate`.
+    #[derive(Debug, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct TemplateBody {
+        /// RFC 6570.
+        #[schema(example = "test://template/{id}/data", min_length = 1)]
+        pub uri_template: String,
+        #[schema(value_type = Option<Object>)]
+        pub annotations: Option<Value>,
+        /// A MiniJinja template rendered with the URI's variables when a matching URI is read.
+        pub text: Option<String>,
+    }
 }
 
 impl TemplateBody {
@@ -44,20 +39,12 @@ impl TemplateBody {
     /// its limit.
     pub fn into_new(self, limits: &FieldLimits) -> Result<NewResourceTemplate, ApiError> {
         limits.text(Field::UriTemplate, "uriTemplate", Some(&self.uri_template))?;
-        limits.text(Field::Name, "name", Some(&self.name))?;
-        limits.text(Field::Title, "title", self.title.as_deref())?;
-        limits.text(Field::Description, "description", self.description.as_deref())?;
-        limits.text(Field::MimeType, "mimeType", self.mime_type.as_deref())?;
+        self.limit_described(limits)?;
         limits.json(Field::Annotations, "annotations", self.annotations.as_ref())?;
         // Measured before it is compiled: compiling costs time in proportion to the source.
         limits.text(Field::TemplateText, "text", self.text.as_deref())?;
         let template = UriTemplate::parse(&self.uri_template)?;
-        if self.name.trim().is_empty() {
-            return Err(ApiError::Unprocessable("name must not be empty".to_owned()));
-        }
-        if let Some(mime_type) = &self.mime_type {
-            check_mime_type(mime_type)?;
-        }
+        self.check_described()?;
         self.annotations.as_ref().map(validate_annotations).transpose().map_err(ApiError::Unprocessable)?;
         if let Some(text) = &self.text {
             if !template.is_matchable() {
@@ -70,15 +57,8 @@ impl TemplateBody {
             render::compile_check(text)
                 .map_err(|error| ApiError::Unprocessable(format!("text does not compile: {error}")))?;
         }
-        Ok(NewResourceTemplate {
-            uri_template: self.uri_template,
-            name: self.name,
-            title: self.title,
-            description: self.description,
-            mime_type: self.mime_type,
-            annotations: self.annotations,
-            text: self.text,
-        })
+        let Self { uri_template, name, title, description, mime_type, annotations, text } = self;
+        Ok(NewResourceTemplate { uri_template, name, title, description, mime_type, annotations, text })
     }
 }
 
@@ -121,13 +101,10 @@ mod tests {
     use axum::http::StatusCode;
 
     use super::*;
-    use crate::admin::extract::{from_value, parse_json};
+    use crate::admin::extract::body_status;
 
     fn check(json: &str) -> Result<NewResourceTemplate, StatusCode> {
-        parse_json(json.as_bytes())
-            .and_then(|v| from_value::<TemplateBody>(v, ""))
-            .and_then(|body| body.into_new(&crate::config::LimitsConfig::default().fields()))
-            .map_err(|e| e.status())
+        body_status(json, |body: TemplateBody| body.into_new(&crate::config::LimitsConfig::default().fields()))
     }
 
     #[test]

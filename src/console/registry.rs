@@ -175,6 +175,22 @@ pub async fn resource(
     Ok(view::page(&console, "resource.html", context! { title, agent, resource, text, query }))
 }
 
+/// The admin API's body of a resource or template from its console form: the key field (named as in the
+/// form) trimmed, `name` as typed, `title`, `description` and `mime_type` when not blank, then the body's
+/// own fields.
+macro_rules! described_body {
+    ($body:ident { $key:ident } from $form:ident, $($own:ident $(: $value:expr)?),*) => {
+        $body {
+            $key: $form.get(stringify!($key)).unwrap_or_default().trim().to_owned(),
+            name: $form.get("name").unwrap_or_default().to_owned(),
+            title: $form.given("title").map(str::to_owned),
+            description: $form.given("description").map(str::to_owned),
+            mime_type: $form.given("mime_type").map(str::to_owned),
+            $($own $(: $value)?),*
+        }
+    };
+}
+
 /// `POST …/resource`: create or replace a text resource.
 pub async fn put_resource(
     State(state): State<AppState>,
@@ -183,17 +199,8 @@ pub async fn put_resource(
     form: Form,
 ) -> Result<Response> {
     let agent = console.change(&state, &id, &form).await?;
-    let body = ResourceBody {
-        uri: form.get("uri").unwrap_or_default().trim().to_owned(),
-        name: form.get("name").unwrap_or_default().to_owned(),
-        title: form.given("title").map(str::to_owned),
-        description: form.given("description").map(str::to_owned),
-        mime_type: form.given("mime_type").map(str::to_owned),
-        annotations: None,
-        meta: None,
-        text: Some(form.get("text").unwrap_or_default().replace("\r\n", "\n")),
-        blob: None,
-    };
+    let text = Some(form.get("text").unwrap_or_default().replace("\r\n", "\n"));
+    let body = described_body!(ResourceBody { uri } from form, annotations: None, meta: None, text, blob: None);
     put_resource_body(&state, &console, &agent, body).await
 }
 
@@ -383,15 +390,8 @@ pub async fn put_template(
     form: Form,
 ) -> Result<Response> {
     let agent = console.change(&state, &id, &form).await?;
-    let body = TemplateBody {
-        uri_template: form.get("uri_template").unwrap_or_default().trim().to_owned(),
-        name: form.get("name").unwrap_or_default().to_owned(),
-        title: form.given("title").map(str::to_owned),
-        description: form.given("description").map(str::to_owned),
-        mime_type: form.given("mime_type").map(str::to_owned),
-        annotations: None,
-        text: form.given("text").map(|text| text.replace("\r\n", "\n")),
-    };
+    let text = form.given("text").map(|text| text.replace("\r\n", "\n"));
+    let body = described_body!(TemplateBody { uri_template } from form, annotations: None, text);
     let new = body.into_new(&state.config.limits.fields())?;
     put::<Templates>(&state, &console, &agent, &new).await
 }
