@@ -124,6 +124,14 @@ async fn listed<C: Collection>(state: &AppState, agent: &Agent) -> Result<Vec<C:
     Ok(C::store(&*state.store).list(&agent.id, None, LISTED).await?)
 }
 
+/// The item a page's query names (`None` when it names none, for a new one); 404 when there is no such item.
+async fn requested<C: ConsoleCollection>(state: &AppState, agent: &Agent, query: &Form) -> Result<Option<C::Item>> {
+    let Some(raw) = query.given(C::FIELD) else { return Ok(None) };
+    let key = C::parse_key(raw)?;
+    let item = C::store(&*state.store).get(&agent.id, &key).await?;
+    Ok(Some(item.ok_or_else(|| collection::missing::<C>(raw))?))
+}
+
 /// `GET /console/agents/{agent_id}/registry`.
 pub async fn page(State(state): State<AppState>, console: Console, Path(id): Path<String>) -> Result<Response> {
     let agent = console.agent(&state, &id).await?;
@@ -359,14 +367,7 @@ pub async fn template(
 ) -> Result<Response> {
     let agent = console.agent(&state, &id).await?;
     let query = query(raw)?;
-    let template = match query.given("uri_template") {
-        None => None,
-        Some(wanted) => {
-            let all = listed::<Templates>(&state, &agent).await?;
-            let found = all.into_iter().find(|t| t.uri_template == wanted);
-            Some(found.ok_or_else(|| ApiError::NotFound(format!("resource template {wanted:?} does not exist")))?)
-        }
-    };
+    let template = requested::<Templates>(&state, &agent, &query).await?;
     let tried = query.given("try").map(str::to_owned);
     let read = match &tried {
         Some(uri) => Some(as_client::<ReadResource>(&state, &agent, json!({ "uri": uri })).await),
@@ -406,14 +407,7 @@ pub async fn prompt(
 ) -> Result<Response> {
     let agent = console.agent(&state, &id).await?;
     let query = query(raw)?;
-    let prompt = match query.given("name") {
-        None => None,
-        Some(raw_name) => {
-            let missing = || ApiError::NotFound(format!("prompt {raw_name:?} does not exist"));
-            let name = PromptName::parse(raw_name).map_err(|_| missing())?;
-            Some(Prompts::store(&*state.store).get(&agent.id, &name).await?.ok_or_else(missing)?)
-        }
-    };
+    let prompt = requested::<Prompts>(&state, &agent, &query).await?;
     let mut arguments = Vec::new();
     let mut rendered = None;
     let mut render_error = None;
