@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 
-use axum::extract::{ConnectInfo, FromRequestParts, State};
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -93,6 +93,63 @@ impl Console {
             return Err(ApiError::Forbidden("this session belongs to another agent".to_owned()).into());
         }
         state.store.get_agent(&id).await?.ok_or_else(missing)
+    }
+}
+
+/// A form that changes the path's agent, checked in the order the handlers took it: the session, the path,
+/// the form (its body), then [`Console::change`] (the form's CSRF token, the agent this session may manage).
+pub struct Change {
+    pub console: Console,
+    pub agent: Agent,
+    pub form: Form,
+    /// The route's path parameters, for those beside the agent's id (a key's).
+    path: Vec<(String, String)>,
+}
+
+impl Change {
+    async fn extract(
+        request: Request,
+        state: &AppState,
+        is_operator_only: bool,
+    ) -> std::result::Result<Self, Response> {
+        let (mut parts, body) = request.into_parts();
+        let console = Console::from_request_parts(&mut parts, state).await.map_err(IntoResponse::into_response)?;
+        let Path(path) = Path::<Vec<(String, String)>>::from_request_parts(&mut parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let form =
+            Form::from_request(Request::from_parts(parts, body), state).await.map_err(IntoResponse::into_response)?;
+        if is_operator_only {
+            console.require_operator().map_err(IntoResponse::into_response)?;
+        }
+        let id = path.iter().find(|(name, _)| name == "agent_id").map_or("", |(_, id)| id.as_str());
+        let agent = console.change(state, id, &form).await.map_err(IntoResponse::into_response)?;
+        Ok(Self { console, agent, form, path })
+    }
+
+    /// The path parameter `name` (empty when the route has none).
+    pub fn param(&self, name: &str) -> &str {
+        self.path.iter().find(|(key, _)| key == name).map_or("", |(_, value)| value.as_str())
+    }
+}
+
+impl FromRequest<AppState> for Change {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &AppState) -> std::result::Result<Self, Response> {
+        Self::extract(request, state, false).await
+    }
+}
+
+/// A [`Change`] only the operator may make (an agent's settings and keys): the operator is required after
+/// the form is read, before its CSRF token is checked.
+pub struct OperatorChange(pub Change);
+
+impl FromRequest<AppState> for OperatorChange {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &AppState) -> std::result::Result<Self, Response> {
+        Change::extract(request, state, true).await.map(Self)
     }
 }
 

@@ -19,7 +19,7 @@ use minijinja::context;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::auth::Console;
+use super::auth::{Change, Console};
 use super::form::Form;
 use super::view::{self, ConsoleError, Result};
 use crate::admin::collection::{self, AdminCollection};
@@ -200,13 +200,8 @@ macro_rules! described_body {
 }
 
 /// `POST …/resource`: create or replace a text resource.
-pub async fn put_resource(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    form: Form,
-) -> Result<Response> {
-    let agent = console.change(&state, &id, &form).await?;
+pub async fn put_resource(State(state): State<AppState>, change: Change) -> Result<Response> {
+    let Change { console, agent, form, .. } = change;
     let text = Some(form.get("text").unwrap_or_default().replace("\r\n", "\n"));
     let body = described_body!(ResourceBody { uri } from form, annotations: None, meta: None, text, blob: None);
     put_resource_body(&state, &console, &agent, body).await
@@ -314,13 +309,8 @@ pub async fn download(
 }
 
 /// `POST …/resource/delete`, `…/template/delete`, `…/prompt/delete`: the item the form names.
-pub async fn delete<C: ConsoleCollection>(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    form: Form,
-) -> Result<Response> {
-    let agent = console.change(&state, &id, &form).await?;
+pub async fn delete<C: ConsoleCollection>(State(state): State<AppState>, change: Change) -> Result<Response> {
+    let Change { console, agent, form, .. } = change;
     let raw = form.get(C::FIELD).unwrap_or_default();
     collection::delete_item::<C>(&state, &agent.id, raw, &console.actor()).await?;
     Ok(Redirect::to(&format!("/console/agents/{}/registry", agent.id)).into_response())
@@ -384,13 +374,8 @@ pub async fn template(
 }
 
 /// `POST …/template`: create or replace a resource template.
-pub async fn put_template(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    form: Form,
-) -> Result<Response> {
-    let agent = console.change(&state, &id, &form).await?;
+pub async fn put_template(State(state): State<AppState>, change: Change) -> Result<Response> {
+    let Change { console, agent, form, .. } = change;
     let text = form.given("text").map(|text| text.replace("\r\n", "\n"));
     let body = described_body!(TemplateBody { uri_template } from form, annotations: None, text);
     let new = body.into_new(&state.config.limits.fields())?;
@@ -457,13 +442,8 @@ pub async fn prompt(
 }
 
 /// `POST …/prompt`: create or replace a prompt; its arguments and messages are JSON, as in the admin API.
-pub async fn put_prompt(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    form: Form,
-) -> Result<Response> {
-    let agent = console.change(&state, &id, &form).await?;
+pub async fn put_prompt(State(state): State<AppState>, change: Change) -> Result<Response> {
+    let Change { console, agent, form, .. } = change;
     let name = PromptName::parse(form.get("name").unwrap_or_default().trim()).map_err(ApiError::from)?;
     // The body the admin API would be sent, read by the same deserializer.
     let mut body = serde_json::Map::new();
