@@ -96,6 +96,27 @@ impl Console {
     }
 }
 
+/// A page about the path's agent, checked in the order the handlers took it: the session, the path, the
+/// agent this session may see ([`Console::agent`]), then the query string's fields.
+pub struct AgentPage {
+    pub console: Console,
+    pub agent: Agent,
+    pub query: Form,
+}
+
+impl FromRequestParts<AppState> for AgentPage {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> std::result::Result<Self, Response> {
+        let console = Console::from_request_parts(parts, state).await.map_err(IntoResponse::into_response)?;
+        let Path(id) = Path::<String>::from_request_parts(parts, state).await.map_err(IntoResponse::into_response)?;
+        let agent = console.agent(state, &id).await.map_err(IntoResponse::into_response)?;
+        let query =
+            Form::parse(parts.uri.query().unwrap_or_default().as_bytes()).map_err(IntoResponse::into_response)?;
+        Ok(Self { console, agent, query })
+    }
+}
+
 /// A form that changes the path's agent, checked in the order the handlers took it: the session, the path,
 /// the form (its body), then [`Console::change`] (the form's CSRF token, the agent this session may manage).
 pub struct Change {

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::{Multipart, Path, RawQuery, State};
+use axum::extract::{Multipart, Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Redirect, Response};
 use base64::Engine;
@@ -19,7 +19,7 @@ use minijinja::context;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::auth::{Change, Console};
+use super::auth::{AgentPage, Change, Console};
 use super::form::Form;
 use super::view::{self, ConsoleError, Result};
 use crate::admin::collection::{self, AdminCollection};
@@ -153,19 +153,9 @@ pub async fn page(State(state): State<AppState>, console: Console, Path(id): Pat
     ))
 }
 
-fn query(raw: RawQuery) -> Result<Form> {
-    Form::parse(raw.0.unwrap_or_default().as_bytes())
-}
-
 /// `GET …/resource?uri=`: a resource's details, its text in an edit form; without `uri`, a new one.
-pub async fn resource(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    raw: RawQuery,
-) -> Result<Response> {
-    let agent = console.agent(&state, &id).await?;
-    let query = query(raw)?;
+pub async fn resource(State(state): State<AppState>, page: AgentPage) -> Result<Response> {
+    let AgentPage { console, agent, query } = page;
     let (resource, text) = match query.given("uri") {
         None => (None, None),
         Some(uri) => {
@@ -273,14 +263,8 @@ pub async fn upload(
 }
 
 /// `GET …/resource/download?uri=`: the content as an attachment (never rendered in the console's origin).
-pub async fn download(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    raw: RawQuery,
-) -> Result<Response> {
-    let agent = console.agent(&state, &id).await?;
-    let query = query(raw)?;
+pub async fn download(State(state): State<AppState>, page: AgentPage) -> Result<Response> {
+    let AgentPage { agent, query, .. } = page;
     let uri = query.given("uri").ok_or_else(|| ApiError::Unprocessable("uri is required".to_owned()))?;
     let missing = || ApiError::NotFound(format!("resource {uri:?} does not exist"));
     let (_, content) = state.store.get_resource(&agent.id, uri).await?.ok_or_else(missing)?;
@@ -349,14 +333,8 @@ async fn as_client<M: McpMethod>(
 
 /// `GET …/template?uri_template=&try=`: a template's form and, with `try`, what `resources/read` answers
 /// for that URI; without `uri_template`, a new one.
-pub async fn template(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    raw: RawQuery,
-) -> Result<Response> {
-    let agent = console.agent(&state, &id).await?;
-    let query = query(raw)?;
+pub async fn template(State(state): State<AppState>, page: AgentPage) -> Result<Response> {
+    let AgentPage { console, agent, query } = page;
     let template = requested::<Templates>(&state, &agent, &query).await?;
     let tried = query.given("try").map(str::to_owned);
     let read = match &tried {
@@ -384,14 +362,8 @@ pub async fn put_template(State(state): State<AppState>, change: Change) -> Resu
 
 /// `GET …/prompt?name=&arg.<name>=…&preview=1`: a prompt's form, and with `preview` what `prompts/get`
 /// answers for the arguments given and what `completion/complete` suggests for each; without `name`, a new one.
-pub async fn prompt(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    raw: RawQuery,
-) -> Result<Response> {
-    let agent = console.agent(&state, &id).await?;
-    let query = query(raw)?;
+pub async fn prompt(State(state): State<AppState>, page: AgentPage) -> Result<Response> {
+    let AgentPage { console, agent, query } = page;
     let prompt = requested::<Prompts>(&state, &agent, &query).await?;
     let mut arguments = Vec::new();
     let mut rendered = None;
