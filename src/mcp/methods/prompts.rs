@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::resources::{List, McpCollection};
-use super::{McpMethod, params, render_bounded};
+use super::{McpMethod, find_compiled, params, render_bounded};
 use crate::domain::PromptName;
 use crate::domain::content::template_sources;
 use crate::domain::model::{Prompt, Role};
@@ -19,9 +19,8 @@ use crate::mcp::types::{
     ContentBlock, GetPromptRequestParams, GetPromptResult, McpPrompt, McpPromptArgument, McpPromptMessage, McpRole,
 };
 use crate::metrics::Limit;
-use crate::registry::cache::{Key, Loaded};
-use crate::registry::collection::{Collection, Prompts};
-use crate::store::StoreError;
+use crate::registry::cache::Key;
+use crate::registry::collection::Prompts;
 
 /// `prompts/list`: prompts in name order.
 pub type ListPrompts = List<Prompts>;
@@ -73,29 +72,14 @@ pub(crate) async fn find_prompt(ctx: &Context<'_>, name: &str) -> Result<Option<
     let Ok(parsed) = PromptName::parse(name) else {
         return Ok(None);
     };
-    let store = ctx.registry().store().clone();
-    let agent = ctx.agent.id.clone();
-    let renders = Arc::clone(&ctx.state.renders);
-    let found = ctx
-        .registry()
-        .get_or_load(&ctx.agent.id, Key::Prompt(name.to_owned()), || async move {
-            let Some(prompt) = Prompts::store(&*store).get(&agent, &parsed).await? else {
-                return Ok(Loaded { value: None, bytes: Some(64) });
-            };
-            let bytes =
-                serde_json::to_string(&prompt.messages).map_or(4096, |s| s.len() + 512) + compiled_bytes(&prompt);
-            // Compiling costs time in proportion to the templates: on the blocking pool, in the agent's turn.
-            let _turn = renders.turn(&agent).await;
-            let cached = tokio::task::spawn_blocking(move || {
-                let compiled = compile_messages(&prompt.messages);
-                Arc::new(CachedPrompt { prompt, compiled })
-            })
-            .await
-            .map_err(|error| StoreError::Corrupt(format!("compiling a prompt did not complete: {error}")))?;
-            Ok(Loaded { value: Some(cached), bytes: Some(bytes) })
-        })
-        .await?;
-    Ok(found.as_ref().clone())
+    find_compiled::<Prompts, _, _, _>(ctx, Key::Prompt(name.to_owned()), parsed, "a prompt", |prompt| {
+        let bytes = serde_json::to_string(&prompt.messages).map_or(4096, |s| s.len() + 512) + compiled_bytes(&prompt);
+        Some((bytes, move || {
+            let compiled = compile_messages(&prompt.messages);
+            CachedPrompt { prompt, compiled }
+        }))
+    })
+    .await
 }
 
 /// The most arguments one `prompts/get` may pass.
