@@ -215,12 +215,7 @@ impl FromRequestParts<AppState> for Console {
                 format!("key:{key_id}")
             }
         };
-        state
-            .guard
-            .admin(&credential)
-            .await
-            .settle(&parts.extensions, &state.metrics)
-            .map_err(|retry_after| ApiError::TooManyRequests { retry_after })?;
+        crate::admin::access::take_admin_token(parts, state, &credential).await?;
         let request_id = parts.headers.get(REQUEST_ID).and_then(|v| v.to_str().ok()).map(str::to_owned);
         Ok(Self { session, session_id: id, request_id })
     }
