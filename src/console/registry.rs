@@ -2,7 +2,7 @@
 //! the operator and for the agent's `registry` keys.
 //!
 //! Resources are shown as a tree by URI (`<details>` elements: directories expand without script). Changes
-//! go through the admin API's functions ([`crate::admin::resources`] and the like). The template's "try a
+//! go through the admin API's functions ([`crate::admin::collection`] and the like). The template's "try a
 //! URI" box, the prompt's preview and its completion suggestions run the MCP methods themselves
 //! (`resources/read`, `prompts/get`, `completion/complete`) against the agent, so they show what a client
 //! would be answered.
