@@ -84,6 +84,11 @@ pub struct Problem {
 }
 
 impl ApiError {
+    /// A 422 whose detail is `error`'s text: a value that parsed but is not valid.
+    pub fn invalid(error: impl std::fmt::Display) -> Self {
+        ApiError::Unprocessable(error.to_string())
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,

@@ -54,13 +54,7 @@ impl Caller {
         };
         let name = caller.name();
         tracing::Span::current().record("caller", name.as_str());
-        // One token per request from this credential's bucket; the guard's middleware shows the fields.
-        state
-            .guard
-            .admin(&name)
-            .await
-            .settle(&parts.extensions, &state.metrics)
-            .map_err(|retry_after| ApiError::TooManyRequests { retry_after })?;
+        take_admin_token(parts, state, &name).await?;
         Ok(caller)
     }
 
@@ -80,6 +74,17 @@ impl Caller {
 
 fn forbidden_for_keys() -> ApiError {
     ApiError::Forbidden("agent keys may only manage their own agent's resources, templates and prompts".to_owned())
+}
+
+/// One token per request from the credential's admin bucket (the admin API's and the console's); 429 when it
+/// is empty. The guard's middleware shows the fields.
+pub async fn take_admin_token(parts: &Parts, state: &AppState, credential: &str) -> Result<(), ApiError> {
+    state
+        .guard
+        .admin(credential)
+        .await
+        .settle(&parts.extensions, &state.metrics)
+        .map_err(|retry_after| ApiError::TooManyRequests { retry_after })
 }
 
 /// The caller is the operator: agents and keys, the audit log.

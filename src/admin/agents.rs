@@ -303,20 +303,14 @@ mod tests {
     use axum::http::StatusCode;
 
     use super::*;
-    use crate::admin::extract::{from_value, parse_json};
+    use crate::admin::extract::body_status;
 
     fn patch(json: &str) -> Result<AgentPatch, StatusCode> {
-        parse_json(json.as_bytes())
-            .and_then(|v| from_value::<PatchAgent>(v, ""))
-            .and_then(|body| body.into_patch(&crate::config::LimitsConfig::default().fields()))
-            .map_err(|e| e.status())
+        body_status(json, |body: PatchAgent| body.into_patch(&crate::config::LimitsConfig::default().fields()))
     }
 
     fn create(json: &str) -> Result<NewAgent, StatusCode> {
-        parse_json(json.as_bytes())
-            .and_then(|v| from_value::<CreateAgent>(v, ""))
-            .and_then(|body| body.into_new(&crate::config::LimitsConfig::default().fields()))
-            .map_err(|e| e.status())
+        body_status(json, |body: CreateAgent| body.into_new(&crate::config::LimitsConfig::default().fields()))
     }
 
     #[test]

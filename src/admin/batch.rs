@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::access::RegistryAccess;
+use super::collection::agent_gone;
 use super::extract::{JsonBody, from_value};
-use super::resources::{ResourceBody, agent_gone};
+use super::resources::ResourceBody;
 use crate::domain::ResourceUri;
 use crate::domain::limits::FieldLimits;
 use crate::domain::model::{NewResource, Resource};

@@ -113,6 +113,16 @@ where
     <Option<T> as serde::Deserialize>::deserialize(deserializer).map(Some)
 }
 
+/// What a handler makes of the JSON body `json`: parsed, deserialised as a `B` and turned into its domain
+/// value by `into`; the status of the first refusal.
+#[cfg(test)]
+pub fn body_status<B: DeserializeOwned, T>(
+    json: &str,
+    into: impl FnOnce(B) -> Result<T, ApiError>,
+) -> Result<T, axum::http::StatusCode> {
+    parse_json(json.as_bytes()).and_then(|value| from_value::<B>(value, "")).and_then(into).map_err(|e| e.status())
+}
+
 /// The query string as name/value pairs, percent-decoded. Unknown names are ignored.
 #[derive(Debug, Default)]
 pub struct QueryParams(Vec<(String, String)>);

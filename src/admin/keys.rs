@@ -258,13 +258,10 @@ fn key_missing(error: StoreError, key_id: &str) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admin::extract::{from_value, parse_json};
+    use crate::admin::extract::body_status;
 
     fn check(json: &str) -> Result<(Vec<Scope>, Option<Timestamp>), StatusCode> {
-        parse_json(json.as_bytes())
-            .and_then(|v| from_value::<CreateKey>(v, ""))
-            .and_then(|body| body.check(Timestamp::now()))
-            .map_err(|e| e.status())
+        body_status(json, |body: CreateKey| body.check(Timestamp::now()))
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub mod agents;
 pub mod audit;
 /// `/agents/{agent_id}/resources/batch`: many upserts and deletes in one transaction.
 pub mod batch;
+/// Create or replace, list, read and delete: the operations every registry collection shares.
+pub mod collection;
 /// Own extractors: JSON bodies, query strings and path parameters with problem+json errors.
 pub mod extract;
 /// `/agents/{agent_id}/keys`: create, list, merge-patch, revoke.

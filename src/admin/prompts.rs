@@ -3,25 +3,18 @@
 //! Message texts (and the `uri`/`text` of `resource` and `resource_link` blocks) are MiniJinja
 //! templates; a prompt whose templates do not compile is refused with 422.
 
-use axum::Json;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::access::RegistryAccess;
-use super::extract::{JsonBody, PathParams};
-use super::page::{Page, PageQuery};
-use super::resources::{agent_gone, upsert_status};
+use super::collection::{self, AdminCollection, missing};
+use super::extract::PathParams;
+use super::page::Page;
 use crate::domain::limits::{Field, FieldLimits};
-use crate::domain::model::{Actor, NewPrompt, Prompt, PromptArgument, PromptMessage};
+use crate::domain::model::{NewPrompt, Prompt, PromptArgument, PromptMessage};
 use crate::domain::prompt;
 use crate::domain::{AgentId, PromptName};
 use crate::error::{ApiError, Problem};
-use crate::registry::collection::{Collection, Prompts};
-use crate::registry::cursor::ListKind;
+use crate::registry::collection::Prompts;
 use crate::state::AppState;
-use crate::store::{StoreError, Upserted};
 
 /// A prompt to create or replace; the name is in the path.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -36,145 +29,78 @@ pub struct PromptBody {
 }
 
 impl PromptBody {
-    fn into_new(self, name: PromptName, limits: &FieldLimits) -> Result<NewPrompt, ApiError> {
+    /// The validated prompt called `name`; 422 for invalid arguments or messages or a template that does not
+    /// compile, 413 for a field over its limit.
+    pub fn into_new(self, name: PromptName, limits: &FieldLimits) -> Result<NewPrompt, ApiError> {
         limits.text(Field::Title, "title", self.title.as_deref())?;
         limits.text(Field::Description, "description", self.description.as_deref())?;
         // Measured before the templates are compiled.
         prompt::check_sizes(limits, &self.arguments, &self.messages)?;
-        prompt::validate(&self.arguments, &self.messages)
-            .map_err(|error| ApiError::Unprocessable(error.to_string()))?;
-        Ok(NewPrompt {
-            name,
-            title: self.title,
-            description: self.description,
-            arguments: self.arguments,
-            messages: self.messages,
-        })
+        prompt::validate(&self.arguments, &self.messages).map_err(ApiError::invalid)?;
+        let Self { title, description, arguments, messages } = self;
+        Ok(NewPrompt { name, title, description, arguments, messages })
     }
 }
 
-/// The prompt named by the path; a name that cannot exist is a 404 on reads and deletes.
-fn path_name(path: &PathParams) -> Result<PromptName, ApiError> {
-    let raw = path.get("name")?;
-    PromptName::parse(raw).map_err(|_| ApiError::NotFound(format!("prompt {raw:?} does not exist")))
-}
+impl AdminCollection for Prompts {
+    type Body = PromptBody;
+    const KEY_PARAM: &'static str = "name";
+    const IS_KEY_IN_PATH: bool = true;
 
-fn prompt_missing(name: &PromptName) -> impl FnOnce(StoreError) -> ApiError + '_ {
-    move |error| match error {
-        StoreError::NotFound => ApiError::NotFound(format!("prompt {:?} does not exist", name.as_str())),
-        other => other.into(),
+    /// A name that cannot exist is a 404 on reads and deletes.
+    fn parse_key(raw: &str) -> Result<PromptName, ApiError> {
+        PromptName::parse(raw).map_err(|_| missing::<Self>(raw))
+    }
+
+    /// The name is in the path; one that is not a prompt name is invalid (422) here.
+    fn new_item(state: &AppState, path: &PathParams, body: PromptBody) -> Result<NewPrompt, ApiError> {
+        let name = PromptName::parse(path.get(Self::KEY_PARAM)?)?;
+        body.into_new(name, &state.config.limits.fields())
+    }
+
+    fn location(agent: &AgentId, prompt: &Prompt) -> Option<String> {
+        Some(format!("/admin/v1/agents/{agent}/prompts/{}", prompt.name))
     }
 }
 
-/// Create or replace a prompt.
-#[utoipa::path(put, path = "/admin/v1/agents/{agent_id}/prompts/{name}", operation_id = "putPrompt", tag = "prompts", request_body = PromptBody,
-    params(("agent_id" = String, Path), ("name" = String, Path, description = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")),
-    security(("operator" = []), ("agentKey" = [])),
-    responses((status = 201, description = "Created", body = Prompt),
-               (status = 200, description = "Replaced", body = Prompt),
-               (status = 422, description = "Invalid name, arguments or messages, or a template that does not compile", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.put_prompt", skip_all, fields(agent = %access.agent))]
-pub async fn put(
-    State(state): State<AppState>,
-    access: RegistryAccess,
-    path: PathParams,
-    JsonBody(body): JsonBody<PromptBody>,
-) -> Result<Response, ApiError> {
-    let name = PromptName::parse(path.get("name")?)?;
-    let upserted = put_prompt(&state, &access.agent, name, body, &access.actor).await?;
-    let status = upsert_status(upserted.created);
-    if upserted.created {
-        let location = format!("/admin/v1/agents/{}/prompts/{}", access.agent, upserted.item.name);
-        return Ok((status, [(header::LOCATION, location)], Json(upserted.item)).into_response());
-    }
-    Ok((status, Json(upserted.item)).into_response())
+collection::handler! {
+    /// Create or replace a prompt.
+    put::<Prompts>(PromptBody -> Prompt) in "admin.put_prompt" at "/admin/v1/agents/{agent_id}/prompts/{name}"
+        as "putPrompt", tag "prompts",
+        params(("agent_id" = String, Path), ("name" = String, Path, description = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")),
+        created "Created", replaced "Replaced",
+        refused(422 "Invalid name, arguments or messages, or a template that does not compile")
 }
 
-/// List prompts, ordered by name.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/prompts", operation_id = "listPrompts", tag = "prompts",
-    params(("agent_id" = String, Path),
-           ("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
-           ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
-    security(("operator" = []), ("agentKey" = [])),
-    responses((status = 200, description = "A page of prompts", body = Page<Prompt>)))]
-#[tracing::instrument(name = "admin.list_prompts", skip_all, fields(agent = %access.agent))]
-pub async fn list(
-    State(state): State<AppState>,
-    access: RegistryAccess,
-    page: PageQuery,
-) -> Result<Json<Page<Prompt>>, ApiError> {
-    let agent = access.agent.as_str();
-    let after = page.after(&state.cursors, ListKind::Prompts, agent)?;
-    let rows = Prompts::store(&*state.store).list(&access.agent, after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Prompts, agent, |p| p.name.to_string())))
+collection::handler! {
+    /// List prompts, ordered by name.
+    list::<Prompts>(Prompt) in "admin.list_prompts"
+        at "/admin/v1/agents/{agent_id}/prompts" as "listPrompts", tag "prompts", described "A page of prompts"
 }
 
-/// Read a prompt.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/prompts/{name}", operation_id = "getPrompt", tag = "prompts",
-    params(("agent_id" = String, Path), ("name" = String, Path)),
-    security(("operator" = []), ("agentKey" = [])),
-    responses((status = 200, description = "The prompt", body = Prompt),
-               (status = 404, description = "No such prompt", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.get_prompt", skip_all, fields(agent = %access.agent))]
-pub async fn get(
-    State(state): State<AppState>,
-    access: RegistryAccess,
-    path: PathParams,
-) -> Result<Json<Prompt>, ApiError> {
-    let name = path_name(&path)?;
-    let prompt = Prompts::store(&*state.store).get(&access.agent, &name).await?;
-    prompt.map(Json).ok_or_else(|| prompt_missing(&name)(StoreError::NotFound))
+collection::handler! {
+    /// Read a prompt.
+    get::<Prompts>(Prompt) in "admin.get_prompt" at "/admin/v1/agents/{agent_id}/prompts/{name}" as "getPrompt",
+        tag "prompts", params(("agent_id" = String, Path), ("name" = String, Path)), found "The prompt",
+        refused(404 "No such prompt")
 }
 
-/// Delete a prompt.
-#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}/prompts/{name}", operation_id = "deletePrompt", tag = "prompts",
-    params(("agent_id" = String, Path), ("name" = String, Path)),
-    security(("operator" = []), ("agentKey" = [])),
-    responses((status = 204, description = "Deleted"),
-               (status = 404, description = "No such prompt", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.delete_prompt", skip_all, fields(agent = %access.agent))]
-pub async fn delete(
-    State(state): State<AppState>,
-    access: RegistryAccess,
-    path: PathParams,
-) -> Result<StatusCode, ApiError> {
-    delete_prompt(&state, &access.agent, &path_name(&path)?, &access.actor).await?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-/// Validates a prompt (its templates compiled) and commits it: `PUT .../prompts/{name}` and the console.
-pub async fn put_prompt(
-    state: &AppState,
-    agent: &AgentId,
-    name: PromptName,
-    body: PromptBody,
-    actor: &Actor,
-) -> Result<Upserted<Prompt>, ApiError> {
-    let new = body.into_new(name, &state.config.limits.fields())?;
-    Prompts::store(&*state.store).put(agent, &new, actor).await.map_err(agent_gone)
-}
-
-/// Deletes a prompt: `DELETE .../prompts/{name}` and the console.
-pub async fn delete_prompt(
-    state: &AppState,
-    agent: &AgentId,
-    name: &PromptName,
-    actor: &Actor,
-) -> Result<(), ApiError> {
-    Prompts::store(&*state.store).delete(agent, name, actor).await.map_err(prompt_missing(name))
+collection::handler! {
+    /// Delete a prompt.
+    delete::<Prompts> in "admin.delete_prompt" at "/admin/v1/agents/{agent_id}/prompts/{name}" as "deletePrompt",
+        tag "prompts", params(("agent_id" = String, Path), ("name" = String, Path)), refused(404 "No such prompt")
 }
 
 #[cfg(test)]
 mod tests {
+    use axum::http::StatusCode;
+
     use super::*;
-    use crate::admin::extract::{from_value, parse_json};
+    use crate::admin::extract::body_status;
 
     fn check(json: &str) -> Result<NewPrompt, StatusCode> {
         let name = PromptName::parse("p").expect("valid name");
-        parse_json(json.as_bytes())
-            .and_then(|v| from_value::<PromptBody>(v, ""))
-            .and_then(|body| body.into_new(name, &crate::config::LimitsConfig::default().fields()))
-            .map_err(|e| e.status())
+        body_status(json, |body: PromptBody| body.into_new(name, &crate::config::LimitsConfig::default().fields()))
     }
 
     #[test]

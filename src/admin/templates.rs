@@ -4,68 +4,48 @@
 //! `resources/read`, so it must stay within levels 1–3 without explode or prefix modifiers, and its
 //! `text` must compile as a MiniJinja template.
 
-use axum::Json;
-use axum::extract::State;
-use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::access::RegistryAccess;
-use super::extract::{JsonBody, QueryParams};
-use super::page::{Page, PageQuery};
-use super::resources::{agent_gone, check_mime_type, upsert_status};
+use super::collection::{self, AdminCollection};
+use super::extract::PathParams;
+use super::page::Page;
+use crate::domain::UriTemplate;
 use crate::domain::content::validate_annotations;
 use crate::domain::limits::{Field, FieldLimits};
-use crate::domain::model::{Actor, NewResourceTemplate, ResourceTemplate};
+use crate::domain::model::{NewResourceTemplate, ResourceTemplate};
 use crate::domain::render;
-use crate::domain::{AgentId, UriTemplate};
 use crate::error::{ApiError, Problem};
-use crate::registry::collection::{Collection, Templates};
-use crate::registry::cursor::ListKind;
+use crate::registry::collection::Templates;
 use crate::state::AppState;
-use crate::store::{StoreError, Upserted};
 
-/// A resource template to create or replace, keyed by `uriTemplate`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct TemplateBody {
-    /// RFC 6570.
-    #[schema(example = "test://template/{id}/data", min_length = 1)]
-    pub uri_template: String,
-    /// Not blank.
-    pub name: String,
-    pub title: Option<String>,
-    pub description: Option<String>,
-    /// A media type, `type/subtype` with optional parameters.
-    pub mime_type: Option<String>,
-    #[schema(value_type = Option<Object>)]
-    pub annotations: Option<Value>,
-    /// A MiniJinja template rendered with the URI's variables when a matching URI is read.
-    pub text: Option<String>,
+collection::described_body! {
+    /// A resource template to create or replace, keyed by `uriTemplate`.
+    #[derive(Debug, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct TemplateBody {
+        /// RFC 6570.
+        #[schema(example = "test://template/{id}/data", min_length = 1)]
+        pub uri_template: String,
+        #[schema(value_type = Option<Object>)]
+        pub annotations: Option<Value>,
+        /// A MiniJinja template rendered with the URI's variables when a matching URI is read.
+        pub text: Option<String>,
+    }
 }
 
 impl TemplateBody {
-    fn into_new(self, limits: &FieldLimits) -> Result<NewResourceTemplate, ApiError> {
+    /// The validated template; 422 for an invalid value or a text that does not compile, 413 for a field over
+    /// its limit.
+    pub fn into_new(self, limits: &FieldLimits) -> Result<NewResourceTemplate, ApiError> {
         limits.text(Field::UriTemplate, "uriTemplate", Some(&self.uri_template))?;
-        limits.text(Field::Name, "name", Some(&self.name))?;
-        limits.text(Field::Title, "title", self.title.as_deref())?;
-        limits.text(Field::Description, "description", self.description.as_deref())?;
-        limits.text(Field::MimeType, "mimeType", self.mime_type.as_deref())?;
+        self.limit_described(limits)?;
         limits.json(Field::Annotations, "annotations", self.annotations.as_ref())?;
         // Measured before it is compiled: compiling costs time in proportion to the source.
         limits.text(Field::TemplateText, "text", self.text.as_deref())?;
         let template = UriTemplate::parse(&self.uri_template)?;
-        if self.name.trim().is_empty() {
-            return Err(ApiError::Unprocessable("name must not be empty".to_owned()));
-        }
-        if let Some(mime_type) = &self.mime_type {
-            check_mime_type(mime_type)?;
-        }
-        self.annotations
-            .as_ref()
-            .map(validate_annotations)
-            .transpose()
-            .map_err(|error| ApiError::Unprocessable(error.to_string()))?;
+        self.check_described()?;
+        self.annotations.as_ref().map(validate_annotations).transpose().map_err(ApiError::invalid)?;
         if let Some(text) = &self.text {
             if !template.is_matchable() {
                 return Err(ApiError::Unprocessable(
@@ -77,106 +57,54 @@ impl TemplateBody {
             render::compile_check(text)
                 .map_err(|error| ApiError::Unprocessable(format!("text does not compile: {error}")))?;
         }
-        Ok(NewResourceTemplate {
-            uri_template: self.uri_template,
-            name: self.name,
-            title: self.title,
-            description: self.description,
-            mime_type: self.mime_type,
-            annotations: self.annotations,
-            text: self.text,
-        })
+        let Self { uri_template, name, title, description, mime_type, annotations, text } = self;
+        Ok(NewResourceTemplate { uri_template, name, title, description, mime_type, annotations, text })
     }
 }
 
-/// Create or replace a resource template.
-#[utoipa::path(put, path = "/admin/v1/agents/{agent_id}/resource-templates", operation_id = "putResourceTemplate", tag = "resource templates",
-    request_body = TemplateBody,
-    params(("agent_id" = String, Path)),
-    security(("operator" = []), ("agentKey" = [])),
-    responses((status = 201, description = "Created", body = ResourceTemplate),
-               (status = 200, description = "Replaced", body = ResourceTemplate),
-               (status = 422, description = "Invalid template or text that does not compile", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.put_template", skip_all, fields(agent = %access.agent))]
-pub async fn put(
-    State(state): State<AppState>,
-    access: RegistryAccess,
-    JsonBody(body): JsonBody<TemplateBody>,
-) -> Result<(StatusCode, Json<ResourceTemplate>), ApiError> {
-    let upserted = put_template(&state, &access.agent, body, &access.actor).await?;
-    Ok((upsert_status(upserted.created), Json(upserted.item)))
+impl AdminCollection for Templates {
+    type Body = TemplateBody;
+    const KEY_PARAM: &'static str = "uriTemplate";
+
+    fn parse_key(raw: &str) -> Result<String, ApiError> {
+        Ok(raw.to_owned())
+    }
+
+    fn new_item(state: &AppState, _path: &PathParams, body: TemplateBody) -> Result<NewResourceTemplate, ApiError> {
+        body.into_new(&state.config.limits.fields())
+    }
 }
 
-/// List resource templates, ordered by `uriTemplate`.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/resource-templates", operation_id = "listResourceTemplates", tag = "resource templates",
-    params(("agent_id" = String, Path),
-           ("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
-           ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
-    security(("operator" = []), ("agentKey" = [])),
-    responses((status = 200, description = "A page of resource templates", body = Page<ResourceTemplate>)))]
-#[tracing::instrument(name = "admin.list_templates", skip_all, fields(agent = %access.agent))]
-pub async fn list(
-    State(state): State<AppState>,
-    access: RegistryAccess,
-    page: PageQuery,
-) -> Result<Json<Page<ResourceTemplate>>, ApiError> {
-    let agent = access.agent.as_str();
-    let after = page.after(&state.cursors, ListKind::Templates, agent)?;
-    let rows = Templates::store(&*state.store).list(&access.agent, after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Templates, agent, |t| t.uri_template.clone())))
+collection::handler! {
+    /// Create or replace a resource template.
+    put::<Templates>(TemplateBody -> ResourceTemplate) in "admin.put_template"
+        at "/admin/v1/agents/{agent_id}/resource-templates" as "putResourceTemplate", tag "resource templates",
+        params(("agent_id" = String, Path)), created "Created", replaced "Replaced",
+        refused(422 "Invalid template or text that does not compile")
 }
 
-/// Delete a resource template.
-#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}/resource-templates", operation_id = "deleteResourceTemplate", tag = "resource templates",
-    params(("agent_id" = String, Path), ("uriTemplate" = String, Query)),
-    security(("operator" = []), ("agentKey" = [])),
-    responses((status = 204, description = "Deleted"),
-               (status = 404, description = "No such template", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.delete_template", skip_all, fields(agent = %access.agent))]
-pub async fn delete(
-    State(state): State<AppState>,
-    access: RegistryAccess,
-    query: QueryParams,
-) -> Result<StatusCode, ApiError> {
-    delete_template(&state, &access.agent, query.require("uriTemplate")?, &access.actor).await?;
-    Ok(StatusCode::NO_CONTENT)
+collection::handler! {
+    /// List resource templates, ordered by `uriTemplate`.
+    list::<Templates>(ResourceTemplate) in "admin.list_templates" at "/admin/v1/agents/{agent_id}/resource-templates"
+        as "listResourceTemplates", tag "resource templates", described "A page of resource templates"
 }
 
-/// Validates a resource template (its text compiled) and commits it: `PUT .../resource-templates` and the
-/// console.
-pub async fn put_template(
-    state: &AppState,
-    agent: &AgentId,
-    body: TemplateBody,
-    actor: &Actor,
-) -> Result<Upserted<ResourceTemplate>, ApiError> {
-    let template = body.into_new(&state.config.limits.fields())?;
-    Templates::store(&*state.store).put(agent, &template, actor).await.map_err(agent_gone)
-}
-
-/// Deletes a resource template: `DELETE .../resource-templates?uriTemplate=` and the console.
-pub async fn delete_template(
-    state: &AppState,
-    agent: &AgentId,
-    uri_template: &str,
-    actor: &Actor,
-) -> Result<(), ApiError> {
-    Templates::store(&*state.store).delete(agent, &uri_template.to_owned(), actor).await.map_err(|error| match error {
-        StoreError::NotFound => ApiError::NotFound(format!("resource template {uri_template:?} does not exist")),
-        other => other.into(),
-    })
+collection::handler! {
+    /// Delete a resource template.
+    delete::<Templates> in "admin.delete_template" at "/admin/v1/agents/{agent_id}/resource-templates"
+        as "deleteResourceTemplate", tag "resource templates",
+        params(("agent_id" = String, Path), ("uriTemplate" = String, Query)), refused(404 "No such template")
 }
 
 #[cfg(test)]
 mod tests {
+    use axum::http::StatusCode;
+
     use super::*;
-    use crate::admin::extract::{from_value, parse_json};
+    use crate::admin::extract::body_status;
 
     fn check(json: &str) -> Result<NewResourceTemplate, StatusCode> {
-        parse_json(json.as_bytes())
-            .and_then(|v| from_value::<TemplateBody>(v, ""))
-            .and_then(|body| body.into_new(&crate::config::LimitsConfig::default().fields()))
-            .map_err(|e| e.status())
+        body_status(json, |body: TemplateBody| body.into_new(&crate::config::LimitsConfig::default().fields()))
     }
 
     #[test]

@@ -5,7 +5,7 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use minijinja::context;
 
-use super::auth::Console;
+use super::auth::{Change, Console, OperatorChange};
 use super::form::Form;
 use super::view::{self, ConsoleError, Result};
 use crate::admin::agents::{CreateAgent, PatchAgent, RateLimitBody};
@@ -91,13 +91,8 @@ pub async fn page(State(state): State<AppState>, console: Console, Path(id): Pat
 }
 
 /// `POST /console/agents/{agent_id}`: change its settings; a blank optional field clears it.
-pub async fn update(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    form: Form,
-) -> Result<Response> {
-    let agent = console.operator_change(&state, &id, &form).await?;
+pub async fn update(State(state): State<AppState>, OperatorChange(change): OperatorChange) -> Result<Response> {
+    let Change { console, agent, form, .. } = change;
     let limit = rate_limit(&form, "")?.map(|limit| RateLimitBody {
         requests_per_second: Some(Some(limit.requests_per_second)),
         burst: Some(Some(limit.burst)),
@@ -115,13 +110,8 @@ pub async fn update(
 }
 
 /// `POST /console/agents/{agent_id}/delete`: `confirm` must repeat the agent's id.
-pub async fn delete(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    form: Form,
-) -> Result<Response> {
-    let agent = console.operator_change(&state, &id, &form).await?;
+pub async fn delete(State(state): State<AppState>, OperatorChange(change): OperatorChange) -> Result<Response> {
+    let Change { console, agent, form, .. } = change;
     if form.get("confirm").map(str::trim) != Some(agent.id.as_str()) {
         return Err(ConsoleError::Api(ApiError::Unprocessable(
             "type the agent's id in the confirmation box to delete it".to_owned(),
@@ -141,13 +131,8 @@ fn expiry(raw: Option<&str>) -> Option<String> {
 }
 
 /// `POST /console/agents/{agent_id}/keys`: create a key; the page shows the secret this once.
-pub async fn create_key(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    form: Form,
-) -> Result<Response> {
-    let agent = console.operator_change(&state, &id, &form).await?;
+pub async fn create_key(State(state): State<AppState>, OperatorChange(change): OperatorChange) -> Result<Response> {
+    let Change { console, agent, form, .. } = change;
     let scopes = form
         .all("scope")
         .into_iter()
@@ -168,26 +153,18 @@ pub async fn create_key(
 }
 
 /// `POST /console/agents/{agent_id}/keys/{key_id}/rename`: a blank name clears it.
-pub async fn rename_key(
-    State(state): State<AppState>,
-    console: Console,
-    Path((id, key_id)): Path<(String, String)>,
-    form: Form,
-) -> Result<Response> {
-    let agent = console.operator_change(&state, &id, &form).await?;
+pub async fn rename_key(State(state): State<AppState>, OperatorChange(change): OperatorChange) -> Result<Response> {
+    let key_id = change.param("key_id").to_owned();
+    let Change { console, agent, form, .. } = change;
     let body = PatchKey { name: Some(form.given("name").map(str::to_owned)), rate_limit: None };
     keys::patch_key(&state, &agent.id, &key_id, body, &console.actor()).await?;
     Ok(Redirect::to(&format!("/console/agents/{}", agent.id)).into_response())
 }
 
 /// `POST /console/agents/{agent_id}/keys/{key_id}/revoke`.
-pub async fn revoke_key(
-    State(state): State<AppState>,
-    console: Console,
-    Path((id, key_id)): Path<(String, String)>,
-    form: Form,
-) -> Result<Response> {
-    let agent = console.operator_change(&state, &id, &form).await?;
+pub async fn revoke_key(State(state): State<AppState>, OperatorChange(change): OperatorChange) -> Result<Response> {
+    let key_id = change.param("key_id").to_owned();
+    let Change { console, agent, .. } = change;
     keys::revoke_key(&state, &agent.id, &key_id, &console.actor()).await?;
     Ok(Redirect::to(&format!("/console/agents/{}", agent.id)).into_response())
 }

@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 
-use axum::extract::{ConnectInfo, FromRequestParts, State};
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -96,6 +96,84 @@ impl Console {
     }
 }
 
+/// A page about the path's agent, checked in the order the handlers took it: the session, the path, the
+/// agent this session may see ([`Console::agent`]), then the query string's fields.
+pub struct AgentPage {
+    pub console: Console,
+    pub agent: Agent,
+    pub query: Form,
+}
+
+impl FromRequestParts<AppState> for AgentPage {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> std::result::Result<Self, Response> {
+        let console = Console::from_request_parts(parts, state).await.map_err(IntoResponse::into_response)?;
+        let Path(id) = Path::<String>::from_request_parts(parts, state).await.map_err(IntoResponse::into_response)?;
+        let agent = console.agent(state, &id).await.map_err(IntoResponse::into_response)?;
+        let query =
+            Form::parse(parts.uri.query().unwrap_or_default().as_bytes()).map_err(IntoResponse::into_response)?;
+        Ok(Self { console, agent, query })
+    }
+}
+
+/// A form that changes the path's agent, checked in the order the handlers took it: the session, the path,
+/// the form (its body), then [`Console::change`] (the form's CSRF token, the agent this session may manage).
+pub struct Change {
+    pub console: Console,
+    pub agent: Agent,
+    pub form: Form,
+    /// The route's path parameters, for those beside the agent's id (a key's).
+    path: Vec<(String, String)>,
+}
+
+impl Change {
+    async fn extract(
+        request: Request,
+        state: &AppState,
+        is_operator_only: bool,
+    ) -> std::result::Result<Self, Response> {
+        let (mut parts, body) = request.into_parts();
+        let console = Console::from_request_parts(&mut parts, state).await.map_err(IntoResponse::into_response)?;
+        let Path(path) = Path::<Vec<(String, String)>>::from_request_parts(&mut parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let form =
+            Form::from_request(Request::from_parts(parts, body), state).await.map_err(IntoResponse::into_response)?;
+        if is_operator_only {
+            console.require_operator().map_err(IntoResponse::into_response)?;
+        }
+        let id = path.iter().find(|(name, _)| name == "agent_id").map_or("", |(_, id)| id.as_str());
+        let agent = console.change(state, id, &form).await.map_err(IntoResponse::into_response)?;
+        Ok(Self { console, agent, form, path })
+    }
+
+    /// The path parameter `name` (empty when the route has none).
+    pub fn param(&self, name: &str) -> &str {
+        self.path.iter().find(|(key, _)| key == name).map_or("", |(_, value)| value.as_str())
+    }
+}
+
+impl FromRequest<AppState> for Change {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &AppState) -> std::result::Result<Self, Response> {
+        Self::extract(request, state, false).await
+    }
+}
+
+/// A [`Change`] only the operator may make (an agent's settings and keys): the operator is required after
+/// the form is read, before its CSRF token is checked.
+pub struct OperatorChange(pub Change);
+
+impl FromRequest<AppState> for OperatorChange {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &AppState) -> std::result::Result<Self, Response> {
+        Change::extract(request, state, true).await.map(Self)
+    }
+}
+
 /// The value of the session cookie, if the request has one.
 fn session_cookie(headers: &HeaderMap) -> Option<&str> {
     headers
@@ -140,12 +218,7 @@ impl FromRequestParts<AppState> for Console {
                 format!("key:{key_id}")
             }
         };
-        state
-            .guard
-            .admin(&credential)
-            .await
-            .settle(&parts.extensions, &state.metrics)
-            .map_err(|retry_after| ApiError::TooManyRequests { retry_after })?;
+        crate::admin::access::take_admin_token(parts, state, &credential).await?;
         let request_id = parts.headers.get(REQUEST_ID).and_then(|v| v.to_str().ok()).map(str::to_owned);
         Ok(Self { session, session_id: id, request_id })
     }

@@ -23,6 +23,7 @@
 use axum::Router;
 use axum::routing::{get, post};
 
+use crate::registry::collection::{Prompts, Resources, Templates};
 use crate::state::AppState;
 
 /// `/console/agents…`: agents and their keys.
@@ -69,11 +70,11 @@ pub fn router(state: &AppState, is_tls: bool) -> Router<AppState> {
         .route("/console/agents/{agent_id}/resource", get(registry::resource).post(registry::put_resource))
         .route("/console/agents/{agent_id}/resource/download", get(registry::download))
         .route("/console/agents/{agent_id}/resource/upload", post(registry::upload))
-        .route("/console/agents/{agent_id}/resource/delete", post(registry::delete_resource))
+        .route("/console/agents/{agent_id}/resource/delete", post(registry::delete::<Resources>))
         .route("/console/agents/{agent_id}/template", get(registry::template).post(registry::put_template))
-        .route("/console/agents/{agent_id}/template/delete", post(registry::delete_template))
+        .route("/console/agents/{agent_id}/template/delete", post(registry::delete::<Templates>))
         .route("/console/agents/{agent_id}/prompt", get(registry::prompt).post(registry::put_prompt))
-        .route("/console/agents/{agent_id}/prompt/delete", post(registry::delete_prompt))
+        .route("/console/agents/{agent_id}/prompt/delete", post(registry::delete::<Prompts>))
         .route("/console/agents/{agent_id}/live", get(live::page))
         .route("/console/agents/{agent_id}/live/streams", get(live::fragment))
         .route("/console/audit", get(audit::page))

@@ -2,7 +2,7 @@
 //! the operator and for the agent's `registry` keys.
 //!
 //! Resources are shown as a tree by URI (`<details>` elements: directories expand without script). Changes
-//! go through the admin API's functions ([`crate::admin::resources`] and the like). The template's "try a
+//! go through the admin API's functions ([`crate::admin::collection`] and the like). The template's "try a
 //! URI" box, the prompt's preview and its completion suggestions run the MCP methods themselves
 //! (`resources/read`, `prompts/get`, `completion/complete`) against the agent, so they show what a client
 //! would be answered.
@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::{Multipart, Path, RawQuery, State};
+use axum::extract::{Multipart, Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Redirect, Response};
 use base64::Engine;
@@ -19,13 +19,13 @@ use minijinja::context;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::auth::Console;
+use super::auth::{AgentPage, Change, Console};
 use super::form::Form;
 use super::view::{self, ConsoleError, Result};
+use crate::admin::collection::{self, AdminCollection};
 use crate::admin::prompts::PromptBody;
 use crate::admin::resources::ResourceBody;
 use crate::admin::templates::TemplateBody;
-use crate::admin::{prompts, resources, templates};
 use crate::domain::model::{Agent, Content, KeyRecord, Resource};
 use crate::domain::time::Timestamp;
 use crate::domain::{PromptName, Scope};
@@ -96,18 +96,53 @@ fn uri_query(name: &str, value: &str) -> String {
     serde_urlencoded::to_string([(name, value)]).unwrap_or_default()
 }
 
+/// How the console names an item of a registry collection.
+pub trait ConsoleCollection: AdminCollection {
+    /// The page of one item (`/console/agents/{agent_id}/<PAGE>`), and with `/delete` where it is deleted.
+    const PAGE: &'static str;
+    /// The form field and query parameter that name the item on that page.
+    const FIELD: &'static str;
+}
+
+impl ConsoleCollection for Resources {
+    const PAGE: &'static str = "resource";
+    const FIELD: &'static str = "uri";
+}
+
+impl ConsoleCollection for Templates {
+    const PAGE: &'static str = "template";
+    const FIELD: &'static str = "uri_template";
+}
+
+impl ConsoleCollection for Prompts {
+    const PAGE: &'static str = "prompt";
+    const FIELD: &'static str = "name";
+}
+
+/// The first [`LISTED`] items of a collection, in key order.
+async fn listed<C: Collection>(state: &AppState, agent: &Agent) -> Result<Vec<C::Item>> {
+    Ok(C::store(&*state.store).list(&agent.id, None, LISTED).await?)
+}
+
+/// The item a page's query names (`None` when it names none, for a new one); 404 when there is no such item.
+async fn requested<C: ConsoleCollection>(state: &AppState, agent: &Agent, query: &Form) -> Result<Option<C::Item>> {
+    let Some(raw) = query.given(C::FIELD) else { return Ok(None) };
+    let key = C::parse_key(raw)?;
+    let item = C::store(&*state.store).get(&agent.id, &key).await?;
+    Ok(Some(item.ok_or_else(|| collection::missing::<C>(raw))?))
+}
+
 /// `GET /console/agents/{agent_id}/registry`.
 pub async fn page(State(state): State<AppState>, console: Console, Path(id): Path<String>) -> Result<Response> {
     let agent = console.agent(&state, &id).await?;
-    let resources = Resources::store(&*state.store).list(&agent.id, None, LISTED).await?;
+    let resources = listed::<Resources>(&state, &agent).await?;
     let is_truncated = resources.len() == LISTED as usize;
-    let templates: Vec<_> = Templates::store(&*state.store)
-        .list(&agent.id, None, LISTED)
+    let templates: Vec<_> = listed::<Templates>(&state, &agent)
         .await?
         .into_iter()
-        .map(|template| context! { query => uri_query("uri_template", &template.uri_template), template })
+        .map(|template| context! { query => uri_query(Templates::FIELD, &template.uri_template), template })
         .collect();
-    let prompts = Prompts::store(&*state.store).list(&agent.id, None, LISTED).await?;
+    let prompts = listed::<Prompts>(&state, &agent).await?;
     Ok(view::page(
         &console,
         "registry.html",
@@ -118,19 +153,9 @@ pub async fn page(State(state): State<AppState>, console: Console, Path(id): Pat
     ))
 }
 
-fn query(raw: RawQuery) -> Result<Form> {
-    Form::parse(raw.0.unwrap_or_default().as_bytes())
-}
-
 /// `GET …/resource?uri=`: a resource's details, its text in an edit form; without `uri`, a new one.
-pub async fn resource(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    raw: RawQuery,
-) -> Result<Response> {
-    let agent = console.agent(&state, &id).await?;
-    let query = query(raw)?;
+pub async fn resource(State(state): State<AppState>, page: AgentPage) -> Result<Response> {
+    let AgentPage { console, agent, query } = page;
     let (resource, text) = match query.given("uri") {
         None => (None, None),
         Some(uri) => {
@@ -148,31 +173,47 @@ pub async fn resource(
     Ok(view::page(&console, "resource.html", context! { title, agent, resource, text, query }))
 }
 
-/// `POST …/resource`: create or replace a text resource.
-pub async fn put_resource(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    form: Form,
-) -> Result<Response> {
-    let agent = console.change(&state, &id, &form).await?;
-    let body = ResourceBody {
-        uri: form.get("uri").unwrap_or_default().trim().to_owned(),
-        name: form.get("name").unwrap_or_default().to_owned(),
-        title: form.given("title").map(str::to_owned),
-        description: form.given("description").map(str::to_owned),
-        mime_type: form.given("mime_type").map(str::to_owned),
-        annotations: None,
-        meta: None,
-        text: Some(form.get("text").unwrap_or_default().replace("\r\n", "\n")),
-        blob: None,
+/// The admin API's body of a resource or template from its console form: the key field (named as in the
+/// form) trimmed, `name` as typed, `title`, `description` and `mime_type` when not blank, then the body's
+/// own fields.
+macro_rules! described_body {
+    ($body:ident { $key:ident } from $form:ident, $($own:ident $(: $value:expr)?),*) => {
+        $body {
+            $key: $form.get(stringify!($key)).unwrap_or_default().trim().to_owned(),
+            name: $form.get("name").unwrap_or_default().to_owned(),
+            title: $form.given("title").map(str::to_owned),
+            description: $form.given("description").map(str::to_owned),
+            mime_type: $form.given("mime_type").map(str::to_owned),
+            $($own $(: $value)?),*
+        }
     };
-    let upserted = resources::put_resource(&state, &agent.id, body, &console.actor()).await?;
-    Ok(to_resource(&agent, upserted.item.uri.as_str()))
 }
 
-fn to_resource(agent: &Agent, uri: &str) -> Response {
-    Redirect::to(&format!("/console/agents/{}/resource?{}", agent.id, uri_query("uri", uri))).into_response()
+/// `POST …/resource`: create or replace a text resource.
+pub async fn put_resource(State(state): State<AppState>, change: Change) -> Result<Response> {
+    let Change { console, agent, form, .. } = change;
+    let text = Some(form.get("text").unwrap_or_default().replace("\r\n", "\n"));
+    let body = described_body!(ResourceBody { uri } from form, annotations: None, meta: None, text, blob: None);
+    put_resource_body(&state, &console, &agent, body).await
+}
+
+/// Validates and stores a resource of the console's forms, then shows it.
+async fn put_resource_body(state: &AppState, console: &Console, agent: &Agent, body: ResourceBody) -> Result<Response> {
+    let limits = &state.config.limits;
+    let new = body.into_new(limits.max_resource_bytes, &limits.fields())?;
+    put::<Resources>(state, console, agent, &new).await
+}
+
+/// Stores a validated item with the console's actor, then shows it on its page.
+async fn put<C: ConsoleCollection>(
+    state: &AppState,
+    console: &Console,
+    agent: &Agent,
+    new: &C::New,
+) -> Result<Response> {
+    let upserted = collection::store_item::<C>(state, &agent.id, new, &console.actor()).await?;
+    let query = uri_query(C::FIELD, C::key(&upserted.item));
+    Ok(Redirect::to(&format!("/console/agents/{}/{}?{query}", agent.id, C::PAGE)).into_response())
 }
 
 /// `POST …/resource/upload` (multipart): a file as a resource, its MIME type guessed from its name; text
@@ -218,19 +259,12 @@ pub async fn upload(
         text,
         blob,
     };
-    let upserted = resources::put_resource(&state, &agent.id, body, &console.actor()).await?;
-    Ok(to_resource(&agent, upserted.item.uri.as_str()))
+    put_resource_body(&state, &console, &agent, body).await
 }
 
 /// `GET …/resource/download?uri=`: the content as an attachment (never rendered in the console's origin).
-pub async fn download(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    raw: RawQuery,
-) -> Result<Response> {
-    let agent = console.agent(&state, &id).await?;
-    let query = query(raw)?;
+pub async fn download(State(state): State<AppState>, page: AgentPage) -> Result<Response> {
+    let AgentPage { agent, query, .. } = page;
     let uri = query.given("uri").ok_or_else(|| ApiError::Unprocessable("uri is required".to_owned()))?;
     let missing = || ApiError::NotFound(format!("resource {uri:?} does not exist"));
     let (_, content) = state.store.get_resource(&agent.id, uri).await?.ok_or_else(missing)?;
@@ -258,43 +292,11 @@ pub async fn download(
     Ok(response)
 }
 
-/// `POST …/resource/delete`.
-pub async fn delete_resource(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    form: Form,
-) -> Result<Response> {
-    let agent = console.change(&state, &id, &form).await?;
-    let uri = form.get("uri").unwrap_or_default();
-    resources::delete_resource(&state, &agent.id, uri, &console.actor()).await?;
-    Ok(Redirect::to(&format!("/console/agents/{}/registry", agent.id)).into_response())
-}
-
-/// `POST …/template/delete`.
-pub async fn delete_template(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    form: Form,
-) -> Result<Response> {
-    let agent = console.change(&state, &id, &form).await?;
-    let uri_template = form.get("uri_template").unwrap_or_default();
-    templates::delete_template(&state, &agent.id, uri_template, &console.actor()).await?;
-    Ok(Redirect::to(&format!("/console/agents/{}/registry", agent.id)).into_response())
-}
-
-/// `POST …/prompt/delete`.
-pub async fn delete_prompt(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    form: Form,
-) -> Result<Response> {
-    let agent = console.change(&state, &id, &form).await?;
-    let raw = form.get("name").unwrap_or_default();
-    let name = PromptName::parse(raw).map_err(|_| ApiError::NotFound(format!("prompt {raw:?} does not exist")))?;
-    prompts::delete_prompt(&state, &agent.id, &name, &console.actor()).await?;
+/// `POST …/resource/delete`, `…/template/delete`, `…/prompt/delete`: the item the form names.
+pub async fn delete<C: ConsoleCollection>(State(state): State<AppState>, change: Change) -> Result<Response> {
+    let Change { console, agent, form, .. } = change;
+    let raw = form.get(C::FIELD).unwrap_or_default();
+    collection::delete_item::<C>(&state, &agent.id, raw, &console.actor()).await?;
     Ok(Redirect::to(&format!("/console/agents/{}/registry", agent.id)).into_response())
 }
 
@@ -342,22 +344,9 @@ async fn as_client<M: McpMethod>(
 
 /// `GET …/template?uri_template=&try=`: a template's form and, with `try`, what `resources/read` answers
 /// for that URI; without `uri_template`, a new one.
-pub async fn template(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    raw: RawQuery,
-) -> Result<Response> {
-    let agent = console.agent(&state, &id).await?;
-    let query = query(raw)?;
-    let template = match query.given("uri_template") {
-        None => None,
-        Some(wanted) => {
-            let all = Templates::store(&*state.store).list(&agent.id, None, LISTED).await?;
-            let found = all.into_iter().find(|t| t.uri_template == wanted);
-            Some(found.ok_or_else(|| ApiError::NotFound(format!("resource template {wanted:?} does not exist")))?)
-        }
-    };
+pub async fn template(State(state): State<AppState>, page: AgentPage) -> Result<Response> {
+    let AgentPage { console, agent, query } = page;
+    let template = requested::<Templates>(&state, &agent, &query).await?;
     let tried = query.given("try").map(str::to_owned);
     let read = match &tried {
         Some(uri) => Some(as_client::<ReadResource>(&state, &agent, json!({ "uri": uri })).await),
@@ -374,45 +363,19 @@ pub async fn template(
 }
 
 /// `POST …/template`: create or replace a resource template.
-pub async fn put_template(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    form: Form,
-) -> Result<Response> {
-    let agent = console.change(&state, &id, &form).await?;
-    let body = TemplateBody {
-        uri_template: form.get("uri_template").unwrap_or_default().trim().to_owned(),
-        name: form.get("name").unwrap_or_default().to_owned(),
-        title: form.given("title").map(str::to_owned),
-        description: form.given("description").map(str::to_owned),
-        mime_type: form.given("mime_type").map(str::to_owned),
-        annotations: None,
-        text: form.given("text").map(|text| text.replace("\r\n", "\n")),
-    };
-    let upserted = templates::put_template(&state, &agent.id, body, &console.actor()).await?;
-    let query = uri_query("uri_template", &upserted.item.uri_template);
-    Ok(Redirect::to(&format!("/console/agents/{}/template?{query}", agent.id)).into_response())
+pub async fn put_template(State(state): State<AppState>, change: Change) -> Result<Response> {
+    let Change { console, agent, form, .. } = change;
+    let text = form.given("text").map(|text| text.replace("\r\n", "\n"));
+    let body = described_body!(TemplateBody { uri_template } from form, annotations: None, text);
+    let new = body.into_new(&state.config.limits.fields())?;
+    put::<Templates>(&state, &console, &agent, &new).await
 }
 
 /// `GET …/prompt?name=&arg.<name>=…&preview=1`: a prompt's form, and with `preview` what `prompts/get`
 /// answers for the arguments given and what `completion/complete` suggests for each; without `name`, a new one.
-pub async fn prompt(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    raw: RawQuery,
-) -> Result<Response> {
-    let agent = console.agent(&state, &id).await?;
-    let query = query(raw)?;
-    let prompt = match query.given("name") {
-        None => None,
-        Some(raw_name) => {
-            let missing = || ApiError::NotFound(format!("prompt {raw_name:?} does not exist"));
-            let name = PromptName::parse(raw_name).map_err(|_| missing())?;
-            Some(Prompts::store(&*state.store).get(&agent.id, &name).await?.ok_or_else(missing)?)
-        }
-    };
+pub async fn prompt(State(state): State<AppState>, page: AgentPage) -> Result<Response> {
+    let AgentPage { console, agent, query } = page;
+    let prompt = requested::<Prompts>(&state, &agent, &query).await?;
     let mut arguments = Vec::new();
     let mut rendered = None;
     let mut render_error = None;
@@ -462,13 +425,8 @@ pub async fn prompt(
 }
 
 /// `POST …/prompt`: create or replace a prompt; its arguments and messages are JSON, as in the admin API.
-pub async fn put_prompt(
-    State(state): State<AppState>,
-    console: Console,
-    Path(id): Path<String>,
-    form: Form,
-) -> Result<Response> {
-    let agent = console.change(&state, &id, &form).await?;
+pub async fn put_prompt(State(state): State<AppState>, change: Change) -> Result<Response> {
+    let Change { console, agent, form, .. } = change;
     let name = PromptName::parse(form.get("name").unwrap_or_default().trim()).map_err(ApiError::from)?;
     // The body the admin API would be sent, read by the same deserializer.
     let mut body = serde_json::Map::new();
@@ -484,9 +442,8 @@ pub async fn put_prompt(
         }
     }
     let body: PromptBody = crate::admin::extract::from_value(Value::Object(body), "")?;
-    let upserted = prompts::put_prompt(&state, &agent.id, name, body, &console.actor()).await?;
-    let query = uri_query("name", upserted.item.name.as_str());
-    Ok(Redirect::to(&format!("/console/agents/{}/prompt?{query}", agent.id)).into_response())
+    let new = body.into_new(name, &state.config.limits.fields())?;
+    put::<Prompts>(&state, &console, &agent, &new).await
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ static TEMPLATES: LazyLock<Environment<'static>> = LazyLock::new(|| {
         ("resource.html", include_str!("templates/resource.html")),
         ("template.html", include_str!("templates/template.html")),
         ("prompt.html", include_str!("templates/prompt.html")),
+        ("forms.html", include_str!("templates/forms.html")),
         ("live.html", include_str!("templates/live.html")),
         ("live_streams.html", include_str!("templates/live_streams.html")),
         ("audit.html", include_str!("templates/audit.html")),

@@ -12,6 +12,9 @@ use super::dispatch::Context;
 use super::error::McpError;
 use super::types::Outline;
 use crate::domain::render::Budget;
+use crate::registry::cache::{Key, Loaded};
+use crate::registry::collection::Collection;
+use crate::store::StoreError;
 
 /// `completion/complete`.
 pub mod completion;
@@ -132,6 +135,42 @@ pub(crate) async fn run<M: McpMethod>(ctx: &Context<'_>, params: Option<&Value>)
         tracing::error!(%error, "could not serialise a result");
         McpError::Internal
     })
+}
+
+/// The item of collection `C` keyed `key`, compiled once per replica for as long as the registry cache keeps
+/// it under `cache_key`; `None` when there is none, or `prepare` finds nothing in it to compile. `prepare`
+/// gives what the compiled item is counted as and the compiling, which costs time in proportion to the
+/// sources: it runs on the blocking pool, in the agent's turn, like a costly render.
+pub(crate) async fn find_compiled<C, T, F, G>(
+    ctx: &Context<'_>,
+    cache_key: Key,
+    key: C::Key,
+    what: &'static str,
+    prepare: F,
+) -> Result<Option<Arc<T>>, McpError>
+where
+    C: Collection,
+    T: Send + Sync + 'static,
+    F: FnOnce(C::Item) -> Option<(usize, G)>,
+    G: FnOnce() -> T + Send + 'static,
+{
+    let store = ctx.registry().store().clone();
+    let agent = ctx.agent.id.clone();
+    let renders = Arc::clone(&ctx.state.renders);
+    let found = ctx
+        .registry()
+        .get_or_load(&ctx.agent.id, cache_key, || async move {
+            let Some((bytes, compile)) = C::store(&*store).get(&agent, &key).await?.and_then(prepare) else {
+                return Ok(Loaded { value: None, bytes: Some(64) });
+            };
+            let _turn = renders.turn(&agent).await;
+            let compiled = tokio::task::spawn_blocking(compile)
+                .await
+                .map_err(|error| StoreError::Corrupt(format!("compiling {what} did not complete: {error}")))?;
+            Ok(Loaded { value: Some(Arc::new(compiled)), bytes: Some(bytes) })
+        })
+        .await?;
+    Ok(found.as_ref().clone())
 }
 
 /// Deserialises params (absent params are `{}`) into `T`; a mismatch is -32602 naming the problem.

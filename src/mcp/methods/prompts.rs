@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::resources::{PAGE_SIZE, Page, cursor, list};
-use super::{Answer, McpMethod, params, render_bounded};
+use super::resources::{List, McpCollection};
+use super::{McpMethod, find_compiled, params, render_bounded};
 use crate::domain::PromptName;
 use crate::domain::content::template_sources;
 use crate::domain::model::{Prompt, Role};
@@ -19,32 +19,17 @@ use crate::mcp::types::{
     ContentBlock, GetPromptRequestParams, GetPromptResult, McpPrompt, McpPromptArgument, McpPromptMessage, McpRole,
 };
 use crate::metrics::ConfiguredLimit;
-use crate::registry::cache::{Key, Loaded};
-use crate::registry::collection::{Collection, Prompts};
-use crate::registry::cursor::ListKind;
-use crate::store::StoreError;
+use crate::registry::cache::Key;
+use crate::registry::collection::Prompts;
 
 /// `prompts/list`: prompts in name order.
-pub struct ListPrompts {
-    cursor: Option<String>,
-}
+pub type ListPrompts = List<Prompts>;
 
-impl McpMethod for ListPrompts {
-    type Output = Answer;
+impl McpCollection for Prompts {
+    type Listed = McpPrompt;
 
-    fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
-        Ok(Self { cursor: cursor(raw)? })
-    }
-
-    async fn apply(self, ctx: &Context<'_>) -> Result<Answer, McpError> {
-        let store = ctx.registry().store().clone();
-        let agent = ctx.agent.id.clone();
-        let max_bytes = ctx.state.config.limits.max_page_bytes;
-        list(ctx, ListKind::Prompts, "prompts", self.cursor, |after| async move {
-            let rows = Prompts::store(&*store).list(&agent, after.as_deref(), PAGE_SIZE + 1).await?;
-            Page::from_items(rows.iter().map(mcp_prompt).collect(), |p: &McpPrompt| p.name.clone(), max_bytes)
-        })
-        .await
+    fn listed(prompt: &Prompt) -> McpPrompt {
+        mcp_prompt(prompt)
     }
 }
 
@@ -87,29 +72,14 @@ pub(crate) async fn find_prompt(ctx: &Context<'_>, name: &str) -> Result<Option<
     let Ok(parsed) = PromptName::parse(name) else {
         return Ok(None);
     };
-    let store = ctx.registry().store().clone();
-    let agent = ctx.agent.id.clone();
-    let renders = Arc::clone(&ctx.state.renders);
-    let found = ctx
-        .registry()
-        .get_or_load(&ctx.agent.id, Key::Prompt(name.to_owned()), || async move {
-            let Some(prompt) = Prompts::store(&*store).get(&agent, &parsed).await? else {
-                return Ok(Loaded { value: None, bytes: Some(64) });
-            };
-            let bytes =
-                serde_json::to_string(&prompt.messages).map_or(4096, |s| s.len() + 512) + compiled_bytes(&prompt);
-            // Compiling costs time in proportion to the templates: on the blocking pool, in the agent's turn.
-            let _turn = renders.turn(&agent).await;
-            let cached = tokio::task::spawn_blocking(move || {
-                let compiled = compile_messages(&prompt.messages);
-                Arc::new(CachedPrompt { prompt, compiled })
-            })
-            .await
-            .map_err(|error| StoreError::Corrupt(format!("compiling a prompt did not complete: {error}")))?;
-            Ok(Loaded { value: Some(cached), bytes: Some(bytes) })
-        })
-        .await?;
-    Ok(found.as_ref().clone())
+    find_compiled::<Prompts, _, _, _>(ctx, Key::Prompt(name.to_owned()), parsed, "a prompt", |prompt| {
+        let bytes = serde_json::to_string(&prompt.messages).map_or(4096, |s| s.len() + 512) + compiled_bytes(&prompt);
+        Some((bytes, move || {
+            let compiled = compile_messages(&prompt.messages);
+            CachedPrompt { prompt, compiled }
+        }))
+    })
+    .await
 }
 
 /// The most arguments one `prompts/get` may pass.
@@ -189,8 +159,8 @@ impl McpMethod for GetPrompt {
             render_messages(&stored.prompt.messages, &stored.compiled, &arguments, budget)
         })
         .await?;
-        let rendered = rendered.map_err(|error| {
-            let message = error.to_string();
+        let rendered = rendered.map_err(|message| {
+            let message = message.to_string();
             if budget.is_spent() { over_limit(message) } else { McpError::InvalidParams(message) }
         })?;
         let mut messages = Vec::with_capacity(rendered.len());

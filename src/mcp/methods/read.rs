@@ -9,7 +9,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{Answer, Items, McpMethod, params, render_bounded};
+use super::{Answer, Items, McpMethod, find_compiled, params, render_bounded};
 use crate::domain::model::{Content, Resource, ResourceTemplate};
 use crate::domain::render::Compiled;
 use crate::domain::{ResourceUri, UriTemplate};
@@ -195,30 +195,17 @@ struct CompiledText {
 /// more). Compiling costs time in proportion to the text, so it runs on the blocking pool in the agent's
 /// turn, like a costly render.
 async fn template_text(ctx: &Context<'_>, uri_template: &str) -> Result<Option<Arc<CompiledText>>, McpError> {
-    let store = ctx.registry().store().clone();
-    let agent = ctx.agent.id.clone();
-    let renders = Arc::clone(&ctx.state.renders);
-    let compiled = ctx
-        .registry()
-        .get_or_load(&ctx.agent.id, Key::TemplateText(uri_template.to_owned()), || async move {
-            let Some(source) =
-                Templates::store(&*store).get(&agent, &uri_template.to_owned()).await?.and_then(|row| row.text)
-            else {
-                return Ok(Loaded { value: None, bytes: Some(64) });
-            };
-            // Compiled instructions and the environments' tables take a multiple of the source.
-            let bytes = 8 * 1024 + 17 * source.len();
-            let _turn = renders.turn(&agent).await;
-            let compiled = tokio::task::spawn_blocking(move || {
-                let compiled = Compiled::new([source.as_str()]);
-                CompiledText { source, compiled }
-            })
-            .await
-            .map_err(|error| StoreError::Corrupt(format!("compiling a template's text did not complete: {error}")))?;
-            Ok(Loaded { value: Some(Arc::new(compiled)), bytes: Some(bytes) })
-        })
-        .await?;
-    Ok(compiled.as_ref().clone())
+    let cache_key = Key::TemplateText(uri_template.to_owned());
+    find_compiled::<Templates, _, _, _>(ctx, cache_key, uri_template.to_owned(), "a template's text", |row| {
+        let source = row.text?;
+        // Compiled instructions and the environments' tables take a multiple of the source.
+        let bytes = 8 * 1024 + 17 * source.len();
+        Some((bytes, move || {
+            let compiled = Compiled::new([source.as_str()]);
+            CompiledText { source, compiled }
+        }))
+    })
+    .await
 }
 
 /// Renders the best matching template's `text` for `uri`: most literal characters, ties by name.

@@ -1,7 +1,8 @@
-//! `resources/list` and `resources/templates/list`, the list machinery `prompts/list` shares (cursors, pages
-//! of 100 from the registry cache), and the MCP shapes of stored records.
+//! `resources/list`, `resources/templates/list` and `prompts/list`: one list method over the registry's
+//! collections (cursors, pages of 100 from the registry cache), and the MCP shapes of stored records.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -121,50 +122,67 @@ pub(crate) fn cursor(raw: Option<&Value>) -> Result<Option<String>, McpError> {
     Ok(parsed.cursor)
 }
 
-/// `resources/list`: stored resources in URI order, without content.
-pub struct ListResources {
-    cursor: Option<String>,
+/// How MCP lists show the items of a registry collection.
+pub(crate) trait McpCollection: Collection {
+    /// An item as a list shows it.
+    type Listed: Serialize;
+
+    fn listed(item: &Self::Item) -> Self::Listed;
 }
 
-impl McpMethod for ListResources {
+impl McpCollection for Resources {
+    type Listed = McpResource;
+
+    fn listed(resource: &Resource) -> McpResource {
+        mcp_resource(resource)
+    }
+}
+
+impl McpCollection for Templates {
+    type Listed = McpResourceTemplate;
+
+    fn listed(template: &ResourceTemplate) -> McpResourceTemplate {
+        mcp_template(template)
+    }
+}
+
+/// A stored item serialised as its list shows it.
+struct Listing<'a, C: McpCollection>(&'a C::Item);
+
+impl<C: McpCollection> Serialize for Listing<'_, C> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        C::listed(self.0).serialize(serializer)
+    }
+}
+
+/// `resources/list` (resources in URI order, without content), `resources/templates/list` (templates in
+/// `uriTemplate` order, their `text` never shown) and `prompts/list` (prompts in name order): a collection's
+/// items in key order, a page of them from the registry cache.
+pub struct List<C> {
+    cursor: Option<String>,
+    kind: PhantomData<C>,
+}
+
+/// `resources/list`.
+pub type ListResources = List<Resources>;
+/// `resources/templates/list`.
+pub type ListTemplates = List<Templates>;
+
+impl<C: McpCollection> McpMethod for List<C> {
     type Output = Answer;
 
     fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
-        Ok(Self { cursor: cursor(raw)? })
+        Ok(Self { cursor: cursor(raw)?, kind: PhantomData })
     }
 
     async fn apply(self, ctx: &Context<'_>) -> Result<Answer, McpError> {
         let store = ctx.registry().store().clone();
         let agent = ctx.agent.id.clone();
         let max_bytes = ctx.state.config.limits.max_page_bytes;
-        list(ctx, ListKind::Resources, "resources", self.cursor, |after| async move {
-            let rows = Resources::store(&*store).list(&agent, after.as_deref(), PAGE_SIZE + 1).await?;
-            Page::from_items(rows.iter().map(mcp_resource).collect(), |r: &McpResource| r.uri.clone(), max_bytes)
-        })
-        .await
-    }
-}
-
-/// `resources/templates/list`: templates in `uriTemplate` order (their `text` is never shown).
-pub struct ListTemplates {
-    cursor: Option<String>,
-}
-
-impl McpMethod for ListTemplates {
-    type Output = Answer;
-
-    fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
-        Ok(Self { cursor: cursor(raw)? })
-    }
-
-    async fn apply(self, ctx: &Context<'_>) -> Result<Answer, McpError> {
-        let store = ctx.registry().store().clone();
-        let agent = ctx.agent.id.clone();
-        let max_bytes = ctx.state.config.limits.max_page_bytes;
-        list(ctx, ListKind::Templates, "resourceTemplates", self.cursor, |after| async move {
-            let rows = Templates::store(&*store).list(&agent, after.as_deref(), PAGE_SIZE + 1).await?;
-            let items = rows.iter().map(mcp_template).collect();
-            Page::from_items(items, |t: &McpResourceTemplate| t.uri_template.clone(), max_bytes)
+        list(ctx, C::LIST, C::MCP_KEY, self.cursor, |after| async move {
+            let rows = C::store(&*store).list(&agent, after.as_deref(), PAGE_SIZE + 1).await?;
+            let items = rows.iter().map(Listing::<C>).collect();
+            Page::from_items(items, |listing: &Listing<C>| C::key(listing.0).to_owned(), max_bytes)
         })
         .await
     }
