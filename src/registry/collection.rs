@@ -59,99 +59,104 @@ pub trait CollectionStore<C: Collection + ?Sized>: Send + Sync {
     async fn delete(&self, agent: &AgentId, key: &C::Key, actor: &Actor) -> StoreResult<()>;
 }
 
-/// An agent's resources, keyed by URI.
-pub struct Resources;
-/// An agent's resource templates, keyed by `uriTemplate`.
-pub struct Templates;
-/// An agent's prompts, keyed by name.
-pub struct Prompts;
+/// Declares a collection's descriptor type and its [`Collection`] impl from the collection's facts: its item,
+/// new-item and key types, its names, the field that keys an item (on both the item and the new item, as
+/// text), and the [`Quotas`] field bounding its count (whose name is also the `[limits]` setting).
+macro_rules! collection {
+    (
+        $(#[$doc:meta])*
+        $name:ident {
+            item: $item:ty,
+            new: $new:ty,
+            key: $key:ty,
+            noun: $noun:literal,
+            list: $list:ident,
+            mcp_key: $mcp_key:literal,
+            audit_noun: $audit_noun:literal,
+            key_field: $field:ident,
+            key_str: |$k:ident| $key_str:expr,
+            quota: $quota:ident $(,)?
+        }
+    ) => {
+        $(#[$doc])*
+        pub struct $name;
 
-impl Collection for Resources {
-    type Item = Resource;
-    type New = NewResource;
-    type Key = ResourceUri;
-    const NOUN: &'static str = "resource";
-    const LIST: ListKind = ListKind::Resources;
-    const MCP_KEY: &'static str = "resources";
-    const AUDIT_NOUN: &'static str = "resource";
+        impl Collection for $name {
+            type Item = $item;
+            type New = $new;
+            type Key = $key;
+            const NOUN: &'static str = $noun;
+            const LIST: ListKind = ListKind::$list;
+            const MCP_KEY: &'static str = $mcp_key;
+            const AUDIT_NOUN: &'static str = $audit_noun;
 
-    fn key(item: &Resource) -> &str {
-        item.uri.as_str()
-    }
+            fn key(item: &$item) -> &str {
+                Self::key_str(&item.$field)
+            }
 
-    fn new_key(new: &NewResource) -> &str {
-        new.uri.as_str()
-    }
+            fn new_key(new: &$new) -> &str {
+                Self::key_str(&new.$field)
+            }
 
-    fn key_str(key: &ResourceUri) -> &str {
-        key.as_str()
-    }
+            fn key_str($k: &$key) -> &str {
+                $key_str
+            }
 
-    fn max_count(quotas: &Quotas) -> (u64, &'static str) {
-        (quotas.max_resources_per_agent, "max_resources_per_agent")
-    }
+            fn max_count(quotas: &Quotas) -> (u64, &'static str) {
+                (quotas.$quota, stringify!($quota))
+            }
 
-    fn store(store: &dyn Store) -> &dyn CollectionStore<Self> {
-        store
+            fn store(store: &dyn Store) -> &dyn CollectionStore<Self> {
+                store
+            }
+        }
+    };
+}
+
+collection! {
+    /// An agent's resources, keyed by URI.
+    Resources {
+        item: Resource,
+        new: NewResource,
+        key: ResourceUri,
+        noun: "resource",
+        list: Resources,
+        mcp_key: "resources",
+        audit_noun: "resource",
+        key_field: uri,
+        key_str: |key| key.as_str(),
+        quota: max_resources_per_agent,
     }
 }
 
-impl Collection for Templates {
-    type Item = ResourceTemplate;
-    type New = NewResourceTemplate;
-    type Key = String;
-    const NOUN: &'static str = "resource template";
-    const LIST: ListKind = ListKind::Templates;
-    const MCP_KEY: &'static str = "resourceTemplates";
-    const AUDIT_NOUN: &'static str = "template";
-
-    fn key(item: &ResourceTemplate) -> &str {
-        &item.uri_template
-    }
-
-    fn new_key(new: &NewResourceTemplate) -> &str {
-        &new.uri_template
-    }
-
-    fn key_str(key: &String) -> &str {
-        key
-    }
-
-    fn max_count(quotas: &Quotas) -> (u64, &'static str) {
-        (quotas.max_templates_per_agent, "max_templates_per_agent")
-    }
-
-    fn store(store: &dyn Store) -> &dyn CollectionStore<Self> {
-        store
+collection! {
+    /// An agent's resource templates, keyed by `uriTemplate`.
+    Templates {
+        item: ResourceTemplate,
+        new: NewResourceTemplate,
+        key: String,
+        noun: "resource template",
+        list: Templates,
+        mcp_key: "resourceTemplates",
+        audit_noun: "template",
+        key_field: uri_template,
+        key_str: |key| key,
+        quota: max_templates_per_agent,
     }
 }
 
-impl Collection for Prompts {
-    type Item = Prompt;
-    type New = NewPrompt;
-    type Key = PromptName;
-    const NOUN: &'static str = "prompt";
-    const LIST: ListKind = ListKind::Prompts;
-    const MCP_KEY: &'static str = "prompts";
-    const AUDIT_NOUN: &'static str = "prompt";
-
-    fn key(item: &Prompt) -> &str {
-        item.name.as_str()
-    }
-
-    fn new_key(new: &NewPrompt) -> &str {
-        new.name.as_str()
-    }
-
-    fn key_str(key: &PromptName) -> &str {
-        key.as_str()
-    }
-
-    fn max_count(quotas: &Quotas) -> (u64, &'static str) {
-        (quotas.max_prompts_per_agent, "max_prompts_per_agent")
-    }
-
-    fn store(store: &dyn Store) -> &dyn CollectionStore<Self> {
-        store
+collection! {
+    /// An agent's prompts, keyed by name.
+    Prompts {
+        item: Prompt,
+        new: NewPrompt,
+        key: PromptName,
+        noun: "prompt",
+        list: Prompts,
+        mcp_key: "prompts",
+        audit_noun: "prompt",
+        key_field: name,
+        key_str: |key| key.as_str(),
+        quota: max_prompts_per_agent,
     }
 }
