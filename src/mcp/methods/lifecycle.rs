@@ -8,7 +8,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::{McpMethod, params};
+use super::{McpMethod, no_params, params};
 use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
 use crate::mcp::types::{
@@ -40,10 +40,7 @@ impl McpMethod for Discover {
     type Output = DiscoverResult;
 
     fn parse(params: Option<&Value>) -> Result<Self, McpError> {
-        match params {
-            None | Some(Value::Object(_)) => Ok(Discover),
-            Some(_) => Err(McpError::InvalidParams("params must be an object".to_owned())),
-        }
+        no_params(params).map(|()| Discover)
     }
 
     async fn apply(self, ctx: &Context<'_>) -> Result<DiscoverResult, McpError> {
@@ -95,10 +92,7 @@ impl McpMethod for Ping {
     type Output = EmptyObject;
 
     fn parse(params: Option<&Value>) -> Result<Self, McpError> {
-        match params {
-            None | Some(Value::Object(_)) => Ok(Ping),
-            Some(_) => Err(McpError::InvalidParams("params must be an object".to_owned())),
-        }
+        no_params(params).map(|()| Ping)
     }
 
     async fn apply(self, _ctx: &Context<'_>) -> Result<EmptyObject, McpError> {

@@ -183,6 +183,14 @@ pub(crate) fn params<T: DeserializeOwned>(params: Option<&Value>) -> Result<T, M
     parsed.map_err(|error| McpError::InvalidParams(error.to_string()))
 }
 
+/// Checks params a method takes nothing from: absent, or any object (-32602 otherwise).
+pub(crate) fn no_params(params: Option<&Value>) -> Result<(), McpError> {
+    match params {
+        None | Some(Value::Object(_)) => Ok(()),
+        Some(_) => Err(McpError::InvalidParams("params must be an object".to_owned())),
+    }
+}
+
 /// Renders with a quick budget here, on the async worker, and only when that runs out of the quick fuel
 /// renders again with a full budget on the blocking pool, in the agent's turn ([`crate::mcp::render_gate`]):
 /// what a render gives and the budget it charged. `what` names the render in the log should the blocking

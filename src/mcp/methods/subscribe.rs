@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::{McpMethod, params};
 use crate::domain::ResourceUri;
+use crate::domain::id::InvalidValue;
 use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
 use crate::mcp::types::EmptyObject;
@@ -22,6 +23,14 @@ struct UriParams {
     uri: String,
 }
 
+impl UriParams {
+    /// The params' `uri` as `check` takes it (invalid params when it refuses it).
+    fn of<T>(raw: Option<&Value>, check: impl FnOnce(&str) -> Result<T, InvalidValue>) -> Result<T, McpError> {
+        let parsed: Self = params(raw)?;
+        check(&parsed.uri).map_err(|error| McpError::InvalidParams(error.0))
+    }
+}
+
 /// `resources/subscribe`: `{}` once the URI is among the session's subscriptions.
 pub struct Subscribe {
     uri: ResourceUri,
@@ -31,8 +40,7 @@ impl McpMethod for Subscribe {
     type Output = EmptyObject;
 
     fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
-        let parsed: UriParams = params(raw)?;
-        let uri = ResourceUri::parse(&parsed.uri).map_err(|error| McpError::InvalidParams(error.0))?;
+        let uri = UriParams::of(raw, ResourceUri::parse)?;
         Ok(Self { uri })
     }
 
@@ -61,10 +69,9 @@ impl McpMethod for Unsubscribe {
     type Output = EmptyObject;
 
     fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
-        let parsed: UriParams = params(raw)?;
         // Any other string may be unsubscribed (it is simply not subscribed), but not one longer than a URI.
-        ResourceUri::check_length(&parsed.uri).map_err(|error| McpError::InvalidParams(error.0))?;
-        Ok(Self { uri: parsed.uri })
+        let uri = UriParams::of(raw, |uri| ResourceUri::check_length(uri).map(|()| uri.to_owned()))?;
+        Ok(Self { uri })
     }
 
     async fn apply(self, ctx: &Context<'_>) -> Result<EmptyObject, McpError> {
