@@ -24,9 +24,11 @@
 //!   authorization server) resolved to the key each acts as.
 //! - [`guard`]: rate limits per key, agent and admin credential (how often); failed authentications per
 //!   client address.
-//! - [`registry`]: what the registry looks like from outside: pagination cursors, per-agent caches.
+//! - [`registry`]: what the registry looks like from outside: the three collections (resources, templates,
+//!   prompts), each described once ([`registry::collection`]), pagination cursors, per-agent caches.
 //! - [`domain`]: identifiers, keys and records that are valid once they exist.
-//! - [`store`]: the [`store::Store`] trait and its SQLite and PostgreSQL implementations.
+//! - [`store`]: the storage traits, one per concern (agents, keys, registry, sessions and events, audit,
+//!   replicas and shared buckets) under [`store::Store`], each written once for SQLite and PostgreSQL.
 //! - [`events`]: the event bus that carries committed changes to every replica; event retention.
 //! - [`audit`]: the audit log: what an MCP request's record holds, its batching writer, the hash chains and
 //!   their verification; its module doc follows one record.
