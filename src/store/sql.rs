@@ -318,6 +318,27 @@ macro_rules! impl_store {
                     query.fetch_all(executor).await.map_err(Self::error)?.into_iter().map(R::decode).collect()
                 }
 
+                /// Whether `count` (a `select count(*)` binding `first` as `$1` and `second` as `$2`) counts fewer
+                /// than `limit` rows in `tx`: the check before an insert that a per-owner limit caps.
+                async fn below_limit<'q, T>(
+                    tx: &mut Tx,
+                    count: &'static str,
+                    first: &'q str,
+                    second: T,
+                    limit: u32,
+                ) -> StoreResult<bool>
+                where
+                    T: 'q + Send + sqlx::Encode<'q, $db> + sqlx::Type<$db>,
+                {
+                    let counted = sqlx::query_scalar::<$db, i64>(count)
+                        .bind(first)
+                        .bind(second)
+                        .fetch_one(&mut **tx)
+                        .await
+                        .map_err(Self::error)?;
+                    Ok(counted < i64::from(limit))
+                }
+
                 /// Enforces `quotas` from now on.
                 pub fn with_quotas(mut self, quotas: Quotas) -> Self {
                     self.quotas = quotas;

@@ -293,16 +293,10 @@ macro_rules! impl_oauth_server_sql {
                 async fn create_code(&self, code: &NewCode, bounds: GrantBounds) -> StoreResult<bool> {
                     let mut tx = self.begin_write().await?;
                     Self::oauth_lock_key(&mut tx, &code.key_id).await?;
-                    let live = sqlx::query_scalar::<$db, i64>(
-                        "select count(*) from oauth_code where api_key_id = $1 and used_at is null \
-                         and expires_at > $2",
-                    )
-                    .bind(code.key_id.as_str())
-                    .bind(code.created_at.as_micros())
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(Self::error)?;
-                    if live >= i64::from(bounds.max_codes_per_key) {
+                    let live = "select count(*) from oauth_code where api_key_id = $1 and used_at is null \
+                                and expires_at > $2";
+                    let (key, now) = (code.key_id.as_str(), code.created_at.as_micros());
+                    if !Self::below_limit(&mut tx, live, key, now, bounds.max_codes_per_key).await? {
                         return Ok(false);
                     }
                     sqlx::query::<$db>(
