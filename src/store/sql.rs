@@ -247,7 +247,9 @@ macro_rules! impl_store {
             use $crate::store::sql::keys::{KEYS_PER_TOUCH, SubjectRow, key_columns, subject_columns};
             use $crate::store::sql::sessions::{PRUNE_BATCH, SessionRow};
             use $crate::store::sql::{merged_rate_limit, prefix_upper_bound, stored_bytes};
-            use $crate::store::{After, BatchOutcome, PoolUsage, Quotas, StoreError, StoreResult, Upserted};
+            use $crate::store::{
+                After, BatchOutcome, PoolUsage, Quotas, StoreError, StoreResult, StreamRows, Upserted,
+            };
 
             type Tx = sqlx::Transaction<'static, $db>;
             /// A statement of this backend.

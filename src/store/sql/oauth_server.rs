@@ -134,7 +134,7 @@ macro_rules! impl_oauth_server_sql {
         const _: () = {
             use $crate::domain::time::Timestamp;
             use $crate::store::oauth_server::{
-                Exchange, GrantBounds, NewCode, NewToken, OAuthPruned, OAuthServerStore, StoredClient, StoredCode,
+                ClientBounds, Exchange, GrantBounds, NewCode, NewToken, OAuthPruned, OAuthServerStore, StoredClient, StoredCode,
                 StoredToken,
             };
             use $crate::store::sql::oauth_server::{
@@ -222,13 +222,8 @@ macro_rules! impl_oauth_server_sql {
 
             #[async_trait::async_trait]
             impl OAuthServerStore for $store {
-                async fn register_client(
-                    &self,
-                    client: &StoredClient,
-                    max_clients: u64,
-                    idle_before: Timestamp,
-                    never_used_before: Timestamp,
-                ) -> StoreResult<bool> {
+                async fn register_client(&self, client: &StoredClient, bounds: ClientBounds) -> StoreResult<bool> {
+                    let ClientBounds { max_clients, idle_before, never_used_before } = bounds;
                     let mut tx = self.begin_write().await?;
                     let count_sql = "select count(*) from oauth_client";
                     let mut count = sqlx::query_scalar::<$db, i64>(count_sql)
