@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use super::chain::{ChainError, ChainVerifier};
 use super::stream::{StreamError, StreamVerifier};
 use crate::domain::AgentId;
-use crate::store::{Store, StoreResult};
+use crate::store::{Store, StoreResult, StreamRows};
 
 /// Records (or stream rows) read per query.
 const PAGE: u32 = 1000;
@@ -78,7 +78,14 @@ pub async fn verify(store: &dyn Store, agent: Option<&str>) -> StoreResult<Repor
         let mut verifier = StreamVerifier::new(head.clone(), agent);
         let mut after = head.pruned_seq;
         let outcome = loop {
-            let rows = store.audit_stream_rows(&stream_id, after, PAGE, agent_id.as_ref(), true).await?;
+            let wanted = StreamRows {
+                stream: &stream_id,
+                after_seq: after,
+                limit: PAGE,
+                records: true,
+                agent: agent_id.as_ref(),
+            };
+            let rows = store.audit_stream_rows(wanted).await?;
             if let Some(problem) = rows.iter().find_map(|row| verifier.check(row).err()) {
                 break Err(problem);
             }

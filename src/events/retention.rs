@@ -15,7 +15,7 @@ use crate::audit::stream::RowHead;
 use crate::config::{AuditConfig, EventsConfig, SessionsConfig};
 use crate::domain::AgentId;
 use crate::domain::time::Timestamp;
-use crate::store::Store;
+use crate::store::{Store, StreamRows};
 use crate::task::AbortOnDrop;
 
 /// Audit records deleted per agent and transaction at most.
@@ -122,7 +122,9 @@ async fn prune_audit_streams(store: &dyn Store, audit: &AuditConfig, now: i64) -
         let mut through = None;
         let mut fetch = 8;
         'rows: loop {
-            let rows = store.audit_stream_rows(&head.stream_id, after, fetch, None, false).await?;
+            let wanted =
+                StreamRows { stream: &head.stream_id, after_seq: after, limit: fetch, records: false, agent: None };
+            let rows = store.audit_stream_rows(wanted).await?;
             for row in &rows {
                 let heads: Vec<RowHead> = serde_json::from_str(&row.heads).unwrap_or_default();
                 for row_head in &heads {

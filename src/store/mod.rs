@@ -138,6 +138,19 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// Where a page of a list starts: after the last item of the page before (`None` = the first page).
 pub type After<'a> = Option<&'a str>;
 
+/// Which rows of a writer stream [`AuditStore::audit_stream_rows`] reads: those after position `after_seq`,
+/// in order, at most `limit`.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamRows<'a> {
+    pub stream: &'a str,
+    pub after_seq: i64,
+    pub limit: u32,
+    /// Whether the rows come with records: with it, the records of the rows whose heads name `agent` (of
+    /// every row when `agent` is `None`); without it, none.
+    pub records: bool,
+    pub agent: Option<&'a AgentId>,
+}
+
 /// The result of a resource upsert: the stored resource and whether it was created (201) or replaced (200).
 #[derive(Debug, Clone)]
 pub struct Upserted<T> {
@@ -351,16 +364,8 @@ pub trait AuditStore: Send + Sync {
     async fn append_audit(&self, stream: &mut AuditStream, records: &mut [AuditRecord]) -> StoreResult<()>;
     /// Every writer stream's head, by stream id.
     async fn audit_streams(&self) -> StoreResult<Vec<StreamHead>>;
-    /// Rows of `stream` after position `after_seq`, in order, at most `limit`; with `records`, the records of
-    /// those whose heads name `agent` (of every row without an agent), else none.
-    async fn audit_stream_rows(
-        &self,
-        stream: &str,
-        after_seq: i64,
-        limit: u32,
-        agent: Option<&AgentId>,
-        records: bool,
-    ) -> StoreResult<Vec<VerifiedRow>>;
+    /// The rows of a writer stream that `wanted` names, in order.
+    async fn audit_stream_rows(&self, wanted: StreamRows<'_>) -> StoreResult<Vec<VerifiedRow>>;
     /// Deletes `stream`'s rows up to position `through_seq` and moves its pruned anchor to that row, so that
     /// the rest still verifies. Returns how many records were deleted.
     async fn prune_audit_stream(&self, stream: &str, through_seq: i64) -> StoreResult<u64>;

@@ -99,6 +99,17 @@ pub struct OAuthPruned {
     pub tokens: u64,
 }
 
+/// The bound client registration is held to, and which clients go to make room under it.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientBounds {
+    /// Registered clients at most.
+    pub max_clients: u64,
+    /// Clients unused since then may be deleted.
+    pub idle_before: Timestamp,
+    /// Clients never used that registered before then may be deleted.
+    pub never_used_before: Timestamp,
+}
+
 /// The bounds a write is held to.
 #[derive(Debug, Clone, Copy)]
 pub struct GrantBounds {
@@ -110,17 +121,10 @@ pub struct GrantBounds {
 
 #[async_trait]
 pub trait OAuthServerStore: Send + Sync {
-    /// Stores a new client unless `max_clients` are registered: then clients unused since `idle_before`, and
-    /// clients never used that registered before `never_used_before`, are deleted first (so that
-    /// registrations nobody follows up cannot hold the table), and if that made no room, nothing is stored
-    /// and the answer is `false`.
-    async fn register_client(
-        &self,
-        client: &StoredClient,
-        max_clients: u64,
-        idle_before: Timestamp,
-        never_used_before: Timestamp,
-    ) -> StoreResult<bool>;
+    /// Stores a new client unless `bounds.max_clients` are registered: then the clients `bounds` names as
+    /// stale are deleted first (so that registrations nobody follows up cannot hold the table), and if that
+    /// made no room, nothing is stored and the answer is `false`.
+    async fn register_client(&self, client: &StoredClient, bounds: ClientBounds) -> StoreResult<bool>;
     async fn get_client(&self, id: &str) -> StoreResult<Option<StoredClient>>;
     /// Records use of a registered client (callers write it at most once a minute per client).
     async fn touch_client(&self, id: &str, at: Timestamp) -> StoreResult<()>;

@@ -247,7 +247,9 @@ macro_rules! impl_store {
             use $crate::store::sql::keys::{KEYS_PER_TOUCH, SubjectRow, key_columns, subject_columns};
             use $crate::store::sql::sessions::{PRUNE_BATCH, SessionRow};
             use $crate::store::sql::{merged_rate_limit, prefix_upper_bound, stored_bytes};
-            use $crate::store::{After, BatchOutcome, PoolUsage, Quotas, StoreError, StoreResult, Upserted};
+            use $crate::store::{
+                After, BatchOutcome, PoolUsage, Quotas, StoreError, StoreResult, StreamRows, Upserted,
+            };
 
             type Tx = sqlx::Transaction<'static, $db>;
             /// A statement of this backend.
@@ -316,6 +318,27 @@ macro_rules! impl_store {
                     executor: impl Executor<'c>,
                 ) -> StoreResult<Vec<R::Record>> {
                     query.fetch_all(executor).await.map_err(Self::error)?.into_iter().map(R::decode).collect()
+                }
+
+                /// Whether `count` (a `select count(*)` binding `first` as `$1` and `second` as `$2`) counts fewer
+                /// than `limit` rows in `tx`: the check before an insert that a per-owner limit caps.
+                async fn below_limit<'q, T>(
+                    tx: &mut Tx,
+                    count: &'static str,
+                    first: &'q str,
+                    second: T,
+                    limit: u32,
+                ) -> StoreResult<bool>
+                where
+                    T: 'q + Send + sqlx::Encode<'q, $db> + sqlx::Type<$db>,
+                {
+                    let counted = sqlx::query_scalar::<$db, i64>(count)
+                        .bind(first)
+                        .bind(second)
+                        .fetch_one(&mut **tx)
+                        .await
+                        .map_err(Self::error)?;
+                    Ok(counted < i64::from(limit))
                 }
 
                 /// Enforces `quotas` from now on.

@@ -15,7 +15,7 @@ use super::params::Submission;
 use crate::domain::key::random_token;
 use crate::domain::time::Timestamp;
 use crate::state::AppState;
-use crate::store::oauth_server::StoredClient;
+use crate::store::oauth_server::{ClientBounds, StoredClient};
 
 /// Registered client ids start with this; a client id that is an `https://` URL names a metadata document.
 pub const CLIENT_ID_PREFIX: &str = "hgc_";
@@ -189,9 +189,12 @@ async fn register_client(
         last_used_at: now,
         created_at: now,
     };
-    let idle_before = Timestamp::from_micros(now.as_micros().saturating_sub(secs_micros(config.client_idle_secs)));
-    let never_used_before = Timestamp::from_micros(now.as_micros().saturating_sub(secs_micros(NEVER_USED_SECS)));
-    if !state.store.oauth_server().register_client(&stored, config.max_clients, idle_before, never_used_before).await? {
+    let bounds = ClientBounds {
+        max_clients: config.max_clients,
+        idle_before: Timestamp::from_micros(now.as_micros().saturating_sub(secs_micros(config.client_idle_secs))),
+        never_used_before: Timestamp::from_micros(now.as_micros().saturating_sub(secs_micros(NEVER_USED_SECS))),
+    };
+    if !state.store.oauth_server().register_client(&stored, bounds).await? {
         tracing::warn!(max = config.max_clients, "client registration refused: oauth.builtin.max_clients reached");
         return Err(OAuthError {
             status: StatusCode::SERVICE_UNAVAILABLE,

@@ -246,14 +246,8 @@ macro_rules! impl_audit_store {
                 Ok(heads.into_iter().map(HeadRow::into_stream_head).collect())
             }
 
-            async fn audit_stream_rows(
-                &self,
-                stream: &str,
-                after_seq: i64,
-                limit: u32,
-                agent: Option<&AgentId>,
-                records: bool,
-            ) -> StoreResult<Vec<VerifiedRow>> {
+            async fn audit_stream_rows(&self, wanted: StreamRows<'_>) -> StoreResult<Vec<VerifiedRow>> {
+                let StreamRows { stream, after_seq, limit, records, agent } = wanted;
                 // The records of other rows are not read (PostgreSQL does not even decompress them).
                 let rows = sqlx::query_as::<$db, AuditStreamRow>(
                     "select stream_id, seq, last_at, prev_hash, hash, heads, \

@@ -36,16 +36,16 @@ pub(in crate::store) trait StoredCollection: Collection {
 /// prompts): each write is a list change.
 pub(in crate::store) trait WrittenCollection: StoredCollection {
     /// Creates an item: `$1` the agent, `$2` the key, then [`WrittenCollection::values`] in order, then
-    /// `created_at` and `updated_at`.
+    /// `created_at` and `updated_at` (both the time of the write).
     const INSERT: &'static str;
-    /// Replaces an item, binding what [`WrittenCollection::INSERT`] binds (`created_at` unused).
+    /// Replaces an item, binding what [`WrittenCollection::INSERT`] binds (`created_at` unused: the item keeps
+    /// its creation time).
     const UPDATE: &'static str;
 
     /// The item stored for `new`, replacing `before` (whose creation time it keeps) at `now`.
     fn stored(new: &Self::New, before: Option<&Self::Item>, now: Timestamp) -> Self::Item;
     /// The item's columns between its key and its times, as text.
     fn values(item: &Self::Item) -> StoreResult<Vec<Option<String>>>;
-    fn created_at(item: &Self::Item) -> Timestamp;
     /// What any write of the collection tells subscribers.
     fn change() -> Change;
 }
@@ -64,6 +64,18 @@ macro_rules! collection_statements {
         const DELETE_ONE: &'static str =
             concat!("delete from ", $table, " where agent_id = $1 and ", $key, " = $2 returning ", $($columns)+);
         const COUNT: &'static str = concat!("select count(*) from ", $table, " where agent_id = $1");
+    };
+}
+
+/// `$item` with the fields `$field` cloned from `$new`, created when `$before` was (or at `$now` when there
+/// was no `$before`) and updated at `$now`.
+macro_rules! stored_item {
+    ($item:ident { $($field:ident),+ } from $new:ident, $before:ident, $now:ident) => {
+        $item {
+            $($field: $new.$field.clone(),)+
+            created_at: $before.map_or($now, |old| old.created_at),
+            updated_at: $now,
+        }
     };
 }
 
@@ -110,17 +122,7 @@ impl WrittenCollection for Templates {
                                   where agent_id = $1 and uri_template = $2";
 
     fn stored(new: &Self::New, before: Option<&ResourceTemplate>, now: Timestamp) -> ResourceTemplate {
-        ResourceTemplate {
-            uri_template: new.uri_template.clone(),
-            name: new.name.clone(),
-            title: new.title.clone(),
-            description: new.description.clone(),
-            mime_type: new.mime_type.clone(),
-            annotations: new.annotations.clone(),
-            text: new.text.clone(),
-            created_at: before.map_or(now, |old| old.created_at),
-            updated_at: now,
-        }
+        stored_item!(ResourceTemplate { uri_template, name, title, description, mime_type, annotations, text } from new, before, now)
     }
 
     fn values(item: &ResourceTemplate) -> StoreResult<Vec<Option<String>>> {
@@ -132,10 +134,6 @@ impl WrittenCollection for Templates {
             json_text(item.annotations.as_ref()),
             item.text.clone(),
         ])
-    }
-
-    fn created_at(item: &ResourceTemplate) -> Timestamp {
-        item.created_at
     }
 
     fn change() -> Change {
@@ -157,15 +155,7 @@ impl WrittenCollection for Prompts {
                                   updated_at = $8 where agent_id = $1 and name = $2";
 
     fn stored(new: &Self::New, before: Option<&Prompt>, now: Timestamp) -> Prompt {
-        Prompt {
-            name: new.name.clone(),
-            title: new.title.clone(),
-            description: new.description.clone(),
-            arguments: new.arguments.clone(),
-            messages: new.messages.clone(),
-            created_at: before.map_or(now, |old| old.created_at),
-            updated_at: now,
-        }
+        stored_item!(Prompt { name, title, description, arguments, messages } from new, before, now)
     }
 
     fn values(item: &Prompt) -> StoreResult<Vec<Option<String>>> {
@@ -175,10 +165,6 @@ impl WrittenCollection for Prompts {
             Some(json_string(&item.arguments)?),
             Some(json_string(&item.messages)?),
         ])
-    }
-
-    fn created_at(item: &Prompt) -> Timestamp {
-        item.created_at
     }
 
     fn change() -> Change {
@@ -264,12 +250,8 @@ macro_rules! impl_collection_store {
                 for value in C::values(&after)? {
                     write = write.bind(value);
                 }
-                write
-                    .bind(C::created_at(&after).as_micros())
-                    .bind(now.as_micros())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(Self::error)?;
+                // A created item's creation time is `now`; a replaced one keeps its own (UPDATE skips `created_at`).
+                write.bind(now.as_micros()).bind(now.as_micros()).execute(&mut *tx).await.map_err(Self::error)?;
                 self.check_quotas::<C>(&mut tx, agent).await?;
                 let audit = Audit::of(agent, actor, C::PUT_ACTION, key, before.as_ref(), Some(&after));
                 Self::insert_audit(&mut tx, audit, now).await?;

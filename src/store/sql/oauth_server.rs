@@ -134,7 +134,7 @@ macro_rules! impl_oauth_server_sql {
         const _: () = {
             use $crate::domain::time::Timestamp;
             use $crate::store::oauth_server::{
-                Exchange, GrantBounds, NewCode, NewToken, OAuthPruned, OAuthServerStore, StoredClient, StoredCode,
+                ClientBounds, Exchange, GrantBounds, NewCode, NewToken, OAuthPruned, OAuthServerStore, StoredClient, StoredCode,
                 StoredToken,
             };
             use $crate::store::sql::oauth_server::{
@@ -222,13 +222,8 @@ macro_rules! impl_oauth_server_sql {
 
             #[async_trait::async_trait]
             impl OAuthServerStore for $store {
-                async fn register_client(
-                    &self,
-                    client: &StoredClient,
-                    max_clients: u64,
-                    idle_before: Timestamp,
-                    never_used_before: Timestamp,
-                ) -> StoreResult<bool> {
+                async fn register_client(&self, client: &StoredClient, bounds: ClientBounds) -> StoreResult<bool> {
+                    let ClientBounds { max_clients, idle_before, never_used_before } = bounds;
                     let mut tx = self.begin_write().await?;
                     let count_sql = "select count(*) from oauth_client";
                     let mut count = sqlx::query_scalar::<$db, i64>(count_sql)
@@ -293,16 +288,10 @@ macro_rules! impl_oauth_server_sql {
                 async fn create_code(&self, code: &NewCode, bounds: GrantBounds) -> StoreResult<bool> {
                     let mut tx = self.begin_write().await?;
                     Self::oauth_lock_key(&mut tx, &code.key_id).await?;
-                    let live = sqlx::query_scalar::<$db, i64>(
-                        "select count(*) from oauth_code where api_key_id = $1 and used_at is null \
-                         and expires_at > $2",
-                    )
-                    .bind(code.key_id.as_str())
-                    .bind(code.created_at.as_micros())
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(Self::error)?;
-                    if live >= i64::from(bounds.max_codes_per_key) {
+                    let live = "select count(*) from oauth_code where api_key_id = $1 and used_at is null \
+                                and expires_at > $2";
+                    let (key, now) = (code.key_id.as_str(), code.created_at.as_micros());
+                    if !Self::below_limit(&mut tx, live, key, now, bounds.max_codes_per_key).await? {
                         return Ok(false);
                     }
                     sqlx::query::<$db>(

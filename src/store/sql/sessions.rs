@@ -60,6 +60,19 @@ macro_rules! impl_session_store {
                     }
                 }
             }
+
+            /// Runs `statement` in `tx` and commits, announcing `message` only when the statement changed a row
+            /// (a no-op has nothing to tell the other replicas); whether it did.
+            async fn commit_announced(
+                &self,
+                mut tx: Tx,
+                statement: Statement<'_>,
+                message: Option<BusMessage>,
+            ) -> StoreResult<bool> {
+                let changed = statement.execute(&mut *tx).await.map_err(Self::error)?.rows_affected() > 0;
+                self.commit(tx, message.filter(|_| changed).into_iter().collect()).await?;
+                Ok(changed)
+            }
         }
 
         #[async_trait::async_trait]
@@ -97,15 +110,9 @@ macro_rules! impl_session_store {
                     .execute(&mut *tx)
                     .await
                     .map_err(Self::error)?;
-                let live = sqlx::query_scalar::<$db, i64>(
-                    "select count(*) from session where api_key_id = $1 and last_seen_at >= $2",
-                )
-                .bind(session.key_id.as_str())
-                .bind(live_since.as_micros())
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(Self::error)?;
-                if live >= i64::from(max_per_key) {
+                let live = "select count(*) from session where api_key_id = $1 and last_seen_at >= $2";
+                let (key, since) = (session.key_id.as_str(), live_since.as_micros());
+                if !Self::below_limit(&mut tx, live, key, since, max_per_key).await? {
                     return Ok(false);
                 }
                 // An agent or key that no longer exists violates a foreign key: `NotFound`.
@@ -151,17 +158,12 @@ macro_rules! impl_session_store {
 
             #[tracing::instrument(skip_all, fields(agent = %agent, session = %digest))]
             async fn delete_session(&self, agent: &AgentId, digest: &SessionDigest) -> StoreResult<bool> {
-                let mut tx = self.begin_write().await?;
-                let deleted = sqlx::query::<$db>("delete from session where session_id = $1 and agent_id = $2")
+                let tx = self.begin_write().await?;
+                let delete = sqlx::query::<$db>("delete from session where session_id = $1 and agent_id = $2")
                     .bind(digest.as_str())
-                    .bind(agent.as_str())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(Self::error)?
-                    .rows_affected();
+                    .bind(agent.as_str());
                 let ended = BusMessage::SessionEnded { agent: agent.clone(), session: digest.clone() };
-                self.commit(tx, (deleted > 0).then_some(ended).into_iter().collect()).await?;
-                Ok(deleted > 0)
+                self.commit_announced(tx, delete, Some(ended)).await
             }
 
             #[tracing::instrument(skip_all, fields(agent = %agent, session = %digest))]
@@ -174,51 +176,38 @@ macro_rules! impl_session_store {
             ) -> StoreResult<bool> {
                 let now = Timestamp::now().as_micros();
                 let mut tx = self.begin_write().await?;
-                let held = sqlx::query_scalar::<$db, i64>(
-                    "select count(*) from session_subscription where session_id = $1 and uri <> $2",
-                )
-                .bind(digest.as_str())
-                .bind(uri.as_str())
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(Self::error)?;
-                if held >= i64::from(limit) {
+                let others = "select count(*) from session_subscription where session_id = $1 and uri <> $2";
+                if !Self::below_limit(&mut tx, others, digest.as_str(), uri.as_str(), limit).await? {
                     return Ok(false);
                 }
                 // A session that ended meanwhile violates the foreign key: `NotFound`.
-                let added = sqlx::query::<$db>(
+                let add = sqlx::query::<$db>(
                     "insert into session_subscription (session_id, uri, created_at, updated_at) \
                      values ($1, $2, $3, $3) on conflict (session_id, uri) do nothing",
                 )
                 .bind(digest.as_str())
                 .bind(uri.as_str())
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .map_err(Self::error)?
-                .rows_affected();
+                .bind(now);
                 let subscribed =
                     BusMessage::Subscribed { agent: agent.clone(), session: digest.clone(), uri: uri.clone() };
-                self.commit(tx, (added > 0).then_some(subscribed).into_iter().collect()).await?;
+                self.commit_announced(tx, add, Some(subscribed)).await?;
                 Ok(true)
             }
 
             #[tracing::instrument(skip_all, fields(agent = %agent, session = %digest))]
             async fn unsubscribe(&self, agent: &AgentId, digest: &SessionDigest, uri: &str) -> StoreResult<()> {
-                let mut tx = self.begin_write().await?;
-                let removed = sqlx::query::<$db>("delete from session_subscription where session_id = $1 and uri = $2")
+                let tx = self.begin_write().await?;
+                let remove = sqlx::query::<$db>("delete from session_subscription where session_id = $1 and uri = $2")
                     .bind(digest.as_str())
-                    .bind(uri)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(Self::error)?
-                    .rows_affected();
+                    .bind(uri);
                 // Only valid URIs are ever subscribed, so a removed one parses.
-                let unsubscribed = ResourceUri::parse(uri)
-                    .ok()
-                    .filter(|_| removed > 0)
-                    .map(|uri| BusMessage::Unsubscribed { agent: agent.clone(), session: digest.clone(), uri });
-                self.commit(tx, unsubscribed.into_iter().collect()).await
+                let unsubscribed = ResourceUri::parse(uri).ok().map(|uri| BusMessage::Unsubscribed {
+                    agent: agent.clone(),
+                    session: digest.clone(),
+                    uri,
+                });
+                self.commit_announced(tx, remove, unsubscribed).await?;
+                Ok(())
             }
 
             #[tracing::instrument(skip_all, fields(session = %digest))]
