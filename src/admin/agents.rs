@@ -1,13 +1,13 @@
 //! `/agents`: create, list, read, merge-patch and delete agents (operator only).
 
 use axum::Json;
-use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::access::{ManagedAgent, OperatorAccess};
 use super::extract::{JsonBody, present};
+use super::operation::operation;
 use super::page::{Page, PageQuery};
 use crate::domain::AgentId;
 use crate::domain::limits::{Field, FieldLimits};
@@ -192,78 +192,60 @@ impl PatchAgent {
     }
 }
 
-/// Create an agent.
-#[utoipa::path(post, path = "/admin/v1/agents", operation_id = "createAgent", tag = "agents", request_body = CreateAgent,
-    security(("operator" = [])),
-    responses(
-        (status = 201, description = "Created", body = Agent),
-        (status = 409, description = "An agent with this id exists", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid id or values", body = Problem, content_type = "application/problem+json"),
-    ))]
-#[tracing::instrument(name = "admin.create_agent", skip_all)]
-pub async fn create(
-    State(state): State<AppState>,
-    access: OperatorAccess,
-    JsonBody(body): JsonBody<CreateAgent>,
-) -> Result<Response, ApiError> {
-    let agent = create_agent(&state, body, &access.actor).await?;
-    let location = format!("/admin/v1/agents/{}", agent.id);
-    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(agent)).into_response())
+operation! {
+    /// Create an agent.
+    post "/admin/v1/agents" as "createAgent", tag "agents", request_body = CreateAgent,
+        ok((status = 201, description = "Created", body = Agent)),
+        refused(409 "An agent with this id exists", 422 "Invalid id or values");
+    in "admin.create_agent";
+    pub async fn create(state, access: OperatorAccess, JsonBody(body): JsonBody<CreateAgent>) -> Response {
+        let agent = create_agent(&state, body, &access.actor).await?;
+        let location = format!("/admin/v1/agents/{}", agent.id);
+        Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(agent)).into_response())
+    }
 }
 
-/// List agents, ordered by id.
-#[utoipa::path(get, path = "/admin/v1/agents", operation_id = "listAgents", tag = "agents",
-    params(("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
-           ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
-    security(("operator" = [])),
-    responses((status = 200, description = "A page of agents", body = Page<Agent>)))]
-#[tracing::instrument(name = "admin.list_agents", skip_all)]
-pub async fn list(
-    State(state): State<AppState>,
-    _access: OperatorAccess,
-    page: PageQuery,
-) -> Result<Json<Page<Agent>>, ApiError> {
-    let after = page.after(&state.cursors, ListKind::Agents, "")?;
-    let rows = state.store.list_agents(after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Agents, "", |a| a.id.to_string())))
+operation! {
+    /// List agents, ordered by id.
+    get "/admin/v1/agents" as "listAgents", tag "agents", params() paged,
+        ok((status = 200, description = "A page of agents", body = Page<Agent>)), refused();
+    in "admin.list_agents";
+    pub async fn list(state, _access: OperatorAccess, page: PageQuery) -> Json<Page<Agent>> {
+        let after = page.after(&state.cursors, ListKind::Agents, "")?;
+        let rows = state.store.list_agents(after.as_deref(), page.fetch_limit()).await?;
+        Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Agents, "", |a| a.id.to_string())))
+    }
 }
 
-/// Read an agent.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}", operation_id = "getAgent", tag = "agents",
-    params(("agent_id" = String, Path)),
-    security(("operator" = [])),
-    responses((status = 200, description = "The agent", body = Agent),
-               (status = 404, description = "No such agent", body = Problem, content_type = "application/problem+json")))]
-pub async fn get(access: ManagedAgent) -> Json<Agent> {
-    Json(access.agent)
+operation! {
+    /// Read an agent.
+    get "/admin/v1/agents/{agent_id}" as "getAgent", tag "agents", params(("agent_id" = String, Path)),
+        ok((status = 200, description = "The agent", body = Agent)), refused(404 "No such agent");
+    pub async fn get(access: ManagedAgent) -> Json<Agent> {
+        Json(access.agent)
+    }
 }
 
-/// Change an agent's name, description, rate limit, cache TTL or audit retention (JSON merge-patch).
-#[utoipa::path(patch, path = "/admin/v1/agents/{agent_id}", operation_id = "patchAgent", tag = "agents", request_body = PatchAgent,
-    params(("agent_id" = String, Path)),
-    security(("operator" = [])),
-    responses((status = 200, description = "The changed agent", body = Agent),
-               (status = 404, description = "No such agent", body = Problem, content_type = "application/problem+json"),
-               (status = 422, description = "Invalid values", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.patch_agent", skip_all, fields(agent = %access.agent.id))]
-pub async fn patch(
-    State(state): State<AppState>,
-    access: ManagedAgent,
-    JsonBody(body): JsonBody<PatchAgent>,
-) -> Result<Json<Agent>, ApiError> {
-    Ok(Json(patch_agent(&state, &access.agent.id, body, &access.actor).await?))
+operation! {
+    /// Change an agent's name, description, rate limit, cache TTL or audit retention (JSON merge-patch).
+    patch "/admin/v1/agents/{agent_id}" as "patchAgent", tag "agents", request_body = PatchAgent,
+        params(("agent_id" = String, Path)), ok((status = 200, description = "The changed agent", body = Agent)),
+        refused(404 "No such agent", 422 "Invalid values");
+    in "admin.patch_agent" for access;
+    pub async fn patch(state, access: ManagedAgent, JsonBody(body): JsonBody<PatchAgent>) -> Json<Agent> {
+        Ok(Json(patch_agent(&state, &access.agent.id, body, &access.actor).await?))
+    }
 }
 
-/// Delete an agent with its keys, registry and streams.
-#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}", operation_id = "deleteAgent", tag = "agents",
-    params(("agent_id" = String, Path)),
-    security(("operator" = [])),
-    responses((status = 204, description = "Deleted"),
-               (status = 404, description = "No such agent", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.delete_agent", skip_all, fields(agent = %access.agent.id))]
-pub async fn delete(State(state): State<AppState>, access: ManagedAgent) -> Result<StatusCode, ApiError> {
-    delete_agent(&state, &access.agent.id, &access.actor).await?;
-    Ok(StatusCode::NO_CONTENT)
+operation! {
+    /// Delete an agent with its keys, registry and streams.
+    delete "/admin/v1/agents/{agent_id}" as "deleteAgent", tag "agents", params(("agent_id" = String, Path)),
+        ok((status = 204, description = "Deleted")), refused(404 "No such agent");
+    in "admin.delete_agent" for access;
+    pub async fn delete(state, access: ManagedAgent) -> StatusCode {
+        delete_agent(&state, &access.agent.id, &access.actor).await?;
+        Ok(StatusCode::NO_CONTENT)
+    }
 }
 
 /// Validates a new agent and commits it with its event and audit rows: `POST /agents` and the console.
