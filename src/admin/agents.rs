@@ -211,9 +211,8 @@ operation! {
         ok((status = 200, description = "A page of agents", body = Page<Agent>)), refused();
     in "admin.list_agents";
     pub async fn list(state, _access: OperatorAccess, page: PageQuery) -> Json<Page<Agent>> {
-        let after = page.after(&state.cursors, ListKind::Agents, "")?;
-        let rows = state.store.list_agents(after.as_deref(), page.fetch_limit()).await?;
-        Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Agents, "", |a| a.id.to_string())))
+        let fetch = async |after: Option<&str>, limit| state.store.list_agents(after, limit).await;
+        Ok(Json(page.load(&state, ListKind::Agents, "", fetch, |a| a.id.to_string()).await?))
     }
 }
 

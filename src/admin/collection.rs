@@ -109,10 +109,8 @@ pub async fn list<C: AdminCollection>(
     access: RegistryAccess,
     page: PageQuery,
 ) -> Result<Json<Page<C::Item>>, ApiError> {
-    let agent = access.agent.as_str();
-    let after = page.after(&state.cursors, C::LIST, agent)?;
-    let rows = C::store(&*state.store).list(&access.agent, after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state, C::LIST, agent, |item| C::key(item).to_owned())))
+    let fetch = async |after: Option<&str>, limit| C::store(&*state.store).list(&access.agent, after, limit).await;
+    Ok(Json(page.load(&state, C::LIST, access.agent.as_str(), fetch, |item| C::key(item).to_owned()).await?))
 }
 
 /// `GET`: one item.

@@ -134,9 +134,8 @@ operation! {
     in "admin.list_keys" for access;
     pub async fn list(state, access: ManagedAgent, page: PageQuery) -> Json<Page<KeyRecord>> {
         let agent = &access.agent.id;
-        let after = page.after(&state.cursors, ListKind::Keys, agent.as_str())?;
-        let rows = state.store.list_keys(agent, after.as_deref(), page.fetch_limit()).await?;
-        Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Keys, agent.as_str(), |k| k.id.clone())))
+        let fetch = async |after: Option<&str>, limit| state.store.list_keys(agent, after, limit).await;
+        Ok(Json(page.load(&state, ListKind::Keys, agent.as_str(), fetch, |k| k.id.clone()).await?))
     }
 }
 

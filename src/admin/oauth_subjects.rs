@@ -101,10 +101,9 @@ operation! {
     in "admin.list_oauth_subjects" for access;
     pub async fn list(state, access: ManagedAgent, page: PageQuery) -> Json<Page<SubjectGrant>> {
         let agent = &access.agent.id;
-        let after = page.after(&state.cursors, ListKind::OauthSubjects, agent.as_str())?;
-        let rows = state.store.list_oauth_subjects(agent, after.as_deref(), page.fetch_limit()).await?;
+        let fetch = async |after: Option<&str>, limit| state.store.list_oauth_subjects(agent, after, limit).await;
         let sort_key = |grant: &SubjectGrant| subject_sort_key(&grant.issuer, &grant.subject);
-        Ok(Json(Page::from_rows(rows, &page, &state, ListKind::OauthSubjects, agent.as_str(), sort_key)))
+        Ok(Json(page.load(&state, ListKind::OauthSubjects, agent.as_str(), fetch, sort_key).await?))
     }
 }
 
