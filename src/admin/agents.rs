@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::access::{ManagedAgent, OperatorAccess};
-use super::extract::{JsonBody, present};
+use super::extract::{JsonBody, merge_patch};
 use super::operation::operation;
 use super::page::{Page, PageQuery};
 use crate::domain::AgentId;
@@ -43,45 +43,41 @@ pub struct CreateAgent {
     pub audit_retention_days: Option<u32>,
 }
 
-/// A JSON merge-patch (RFC 7396) of an agent: absent fields stay, `null` clears an optional field.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PatchAgent {
-    /// Not blank; cannot be `null`.
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = String)]
-    pub name: Option<Option<String>>,
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
-    pub description: Option<Option<String>>,
-    /// Merged into the agent's limit (members not given stay); `null` removes the limit.
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<RateLimitBody>)]
-    pub rate_limit: Option<Option<RateLimitBody>>,
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<u64>, maximum = 9_223_372_036_854_775_807_i64)]
-    pub cache_ttl_ms: Option<Option<u64>>,
-    /// `null` goes back to the configured retention.
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<u32>, maximum = 36_500)]
-    pub audit_retention_days: Option<Option<u32>>,
+merge_patch! {
+    /// A JSON merge-patch (RFC 7396) of an agent: absent fields stay, `null` clears an optional field.
+    #[derive(Debug, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct PatchAgent {
+        /// Not blank; cannot be `null`.
+        #[schema(value_type = String)]
+        pub name: String,
+        #[schema(value_type = Option<String>)]
+        pub description: String,
+        /// Merged into the agent's limit (members not given stay); `null` removes the limit.
+        #[schema(value_type = Option<RateLimitBody>)]
+        pub rate_limit: RateLimitBody,
+        #[schema(value_type = Option<u64>, maximum = 9_223_372_036_854_775_807_i64)]
+        pub cache_ttl_ms: u64,
+        /// `null` goes back to the configured retention.
+        #[schema(value_type = Option<u32>, maximum = 36_500)]
+        pub audit_retention_days: u32,
+    }
 }
 
-/// `rateLimit` in a merge-patch: any member may be left out (it keeps its value), none may be `null`. A member
-/// left out of a patch of an agent or key that has no limit yet has nothing to keep (422).
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RateLimitBody {
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = u32, minimum = 1, maximum = 4_294_967_295_i64)]
-    pub requests_per_second: Option<Option<u32>>,
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = u32, minimum = 1, maximum = 4_294_967_295_i64)]
-    pub burst: Option<Option<u32>>,
-    /// Counted by every replica together in the database (exact), rather than by each replica.
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = bool)]
-    pub shared: Option<Option<bool>>,
+merge_patch! {
+    /// `rateLimit` in a merge-patch: any member may be left out (it keeps its value), none may be `null`. A member
+    /// left out of a patch of an agent or key that has no limit yet has nothing to keep (422).
+    #[derive(Debug, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct RateLimitBody {
+        #[schema(value_type = u32, minimum = 1, maximum = 4_294_967_295_i64)]
+        pub requests_per_second: u32,
+        #[schema(value_type = u32, minimum = 1, maximum = 4_294_967_295_i64)]
+        pub burst: u32,
+        /// Counted by every replica together in the database (exact), rather than by each replica.
+        #[schema(value_type = bool)]
+        pub shared: bool,
+    }
 }
 
 impl RateLimitBody {

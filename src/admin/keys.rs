@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::access::ManagedAgent;
 use super::agents::{RateLimitBody, check_rate_limit};
-use super::extract::{JsonBody, PathParams, present};
+use super::extract::{JsonBody, PathParams, merge_patch};
 use super::operation::operation;
 use super::page::{Page, PageQuery};
 use crate::domain::limits::Field;
@@ -38,17 +38,17 @@ pub struct CreateKey {
     pub rate_limit: Option<RateLimit>,
 }
 
-/// A JSON merge-patch (RFC 7396) of a key: absent fields stay, `null` clears.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PatchKey {
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
-    pub name: Option<Option<String>>,
-    /// Merged into the key's own limit (members not given stay); `null` goes back to the configured one.
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<RateLimitBody>)]
-    pub rate_limit: Option<Option<RateLimitBody>>,
+merge_patch! {
+    /// A JSON merge-patch (RFC 7396) of a key: absent fields stay, `null` clears.
+    #[derive(Debug, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct PatchKey {
+        #[schema(value_type = Option<String>)]
+        pub name: String,
+        /// Merged into the key's own limit (members not given stay); `null` goes back to the configured one.
+        #[schema(value_type = Option<RateLimitBody>)]
+        pub rate_limit: RateLimitBody,
+    }
 }
 
 impl PatchKey {
