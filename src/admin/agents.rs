@@ -1,13 +1,13 @@
 //! `/agents`: create, list, read, merge-patch and delete agents (operator only).
 
 use axum::Json;
-use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::access::{ManagedAgent, OperatorAccess};
-use super::extract::{JsonBody, present};
+use super::extract::{JsonBody, merge_patch};
+use super::operation::operation;
 use super::page::{Page, PageQuery};
 use crate::domain::AgentId;
 use crate::domain::limits::{Field, FieldLimits};
@@ -43,45 +43,41 @@ pub struct CreateAgent {
     pub audit_retention_days: Option<u32>,
 }
 
-/// A JSON merge-patch (RFC 7396) of an agent: absent fields stay, `null` clears an optional field.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PatchAgent {
-    /// Not blank; cannot be `null`.
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = String)]
-    pub name: Option<Option<String>>,
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
-    pub description: Option<Option<String>>,
-    /// Merged into the agent's limit (members not given stay); `null` removes the limit.
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<RateLimitBody>)]
-    pub rate_limit: Option<Option<RateLimitBody>>,
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<u64>, maximum = 9_223_372_036_854_775_807_i64)]
-    pub cache_ttl_ms: Option<Option<u64>>,
-    /// `null` goes back to the configured retention.
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<u32>, maximum = 36_500)]
-    pub audit_retention_days: Option<Option<u32>>,
+merge_patch! {
+    /// A JSON merge-patch (RFC 7396) of an agent: absent fields stay, `null` clears an optional field.
+    #[derive(Debug, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct PatchAgent {
+        /// Not blank; cannot be `null`.
+        #[schema(value_type = String)]
+        pub name: String,
+        #[schema(value_type = Option<String>)]
+        pub description: String,
+        /// Merged into the agent's limit (members not given stay); `null` removes the limit.
+        #[schema(value_type = Option<RateLimitBody>)]
+        pub rate_limit: RateLimitBody,
+        #[schema(value_type = Option<u64>, maximum = 9_223_372_036_854_775_807_i64)]
+        pub cache_ttl_ms: u64,
+        /// `null` goes back to the configured retention.
+        #[schema(value_type = Option<u32>, maximum = 36_500)]
+        pub audit_retention_days: u32,
+    }
 }
 
-/// `rateLimit` in a merge-patch: any member may be left out (it keeps its value), none may be `null`. A member
-/// left out of a patch of an agent or key that has no limit yet has nothing to keep (422).
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RateLimitBody {
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = u32, minimum = 1, maximum = 4_294_967_295_i64)]
-    pub requests_per_second: Option<Option<u32>>,
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = u32, minimum = 1, maximum = 4_294_967_295_i64)]
-    pub burst: Option<Option<u32>>,
-    /// Counted by every replica together in the database (exact), rather than by each replica.
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = bool)]
-    pub shared: Option<Option<bool>>,
+merge_patch! {
+    /// `rateLimit` in a merge-patch: any member may be left out (it keeps its value), none may be `null`. A member
+    /// left out of a patch of an agent or key that has no limit yet has nothing to keep (422).
+    #[derive(Debug, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct RateLimitBody {
+        #[schema(value_type = u32, minimum = 1, maximum = 4_294_967_295_i64)]
+        pub requests_per_second: u32,
+        #[schema(value_type = u32, minimum = 1, maximum = 4_294_967_295_i64)]
+        pub burst: u32,
+        /// Counted by every replica together in the database (exact), rather than by each replica.
+        #[schema(value_type = bool)]
+        pub shared: bool,
+    }
 }
 
 impl RateLimitBody {
@@ -192,78 +188,59 @@ impl PatchAgent {
     }
 }
 
-/// Create an agent.
-#[utoipa::path(post, path = "/admin/v1/agents", operation_id = "createAgent", tag = "agents", request_body = CreateAgent,
-    security(("operator" = [])),
-    responses(
-        (status = 201, description = "Created", body = Agent),
-        (status = 409, description = "An agent with this id exists", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid id or values", body = Problem, content_type = "application/problem+json"),
-    ))]
-#[tracing::instrument(name = "admin.create_agent", skip_all)]
-pub async fn create(
-    State(state): State<AppState>,
-    access: OperatorAccess,
-    JsonBody(body): JsonBody<CreateAgent>,
-) -> Result<Response, ApiError> {
-    let agent = create_agent(&state, body, &access.actor).await?;
-    let location = format!("/admin/v1/agents/{}", agent.id);
-    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(agent)).into_response())
+operation! {
+    /// Create an agent.
+    post "/admin/v1/agents" as "createAgent", tag "agents", request_body = CreateAgent,
+        ok((status = 201, description = "Created", body = Agent)),
+        refused(409 "An agent with this id exists", 422 "Invalid id or values");
+    in "admin.create_agent";
+    pub async fn create(state, access: OperatorAccess, JsonBody(body): JsonBody<CreateAgent>) -> Response {
+        let agent = create_agent(&state, body, &access.actor).await?;
+        let location = format!("/admin/v1/agents/{}", agent.id);
+        Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(agent)).into_response())
+    }
 }
 
-/// List agents, ordered by id.
-#[utoipa::path(get, path = "/admin/v1/agents", operation_id = "listAgents", tag = "agents",
-    params(("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
-           ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
-    security(("operator" = [])),
-    responses((status = 200, description = "A page of agents", body = Page<Agent>)))]
-#[tracing::instrument(name = "admin.list_agents", skip_all)]
-pub async fn list(
-    State(state): State<AppState>,
-    _access: OperatorAccess,
-    page: PageQuery,
-) -> Result<Json<Page<Agent>>, ApiError> {
-    let after = page.after(&state.cursors, ListKind::Agents, "")?;
-    let rows = state.store.list_agents(after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Agents, "", |a| a.id.to_string())))
+operation! {
+    /// List agents, ordered by id.
+    get "/admin/v1/agents" as "listAgents", tag "agents", params() paged,
+        ok((status = 200, description = "A page of agents", body = Page<Agent>)), refused();
+    in "admin.list_agents";
+    pub async fn list(state, _access: OperatorAccess, page: PageQuery) -> Json<Page<Agent>> {
+        let fetch = async |after: Option<&str>, limit| state.store.list_agents(after, limit).await;
+        Ok(Json(page.load(&state, ListKind::Agents, "", fetch, |a| a.id.to_string()).await?))
+    }
 }
 
-/// Read an agent.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}", operation_id = "getAgent", tag = "agents",
-    params(("agent_id" = String, Path)),
-    security(("operator" = [])),
-    responses((status = 200, description = "The agent", body = Agent),
-               (status = 404, description = "No such agent", body = Problem, content_type = "application/problem+json")))]
-pub async fn get(access: ManagedAgent) -> Json<Agent> {
-    Json(access.agent)
+operation! {
+    /// Read an agent.
+    get "/admin/v1/agents/{agent_id}" as "getAgent", tag "agents", params(("agent_id" = String, Path)),
+        ok((status = 200, description = "The agent", body = Agent)), refused(404 "No such agent");
+    pub async fn get(access: ManagedAgent) -> Json<Agent> {
+        Json(access.agent)
+    }
 }
 
-/// Change an agent's name, description, rate limit, cache TTL or audit retention (JSON merge-patch).
-#[utoipa::path(patch, path = "/admin/v1/agents/{agent_id}", operation_id = "patchAgent", tag = "agents", request_body = PatchAgent,
-    params(("agent_id" = String, Path)),
-    security(("operator" = [])),
-    responses((status = 200, description = "The changed agent", body = Agent),
-               (status = 404, description = "No such agent", body = Problem, content_type = "application/problem+json"),
-               (status = 422, description = "Invalid values", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.patch_agent", skip_all, fields(agent = %access.agent.id))]
-pub async fn patch(
-    State(state): State<AppState>,
-    access: ManagedAgent,
-    JsonBody(body): JsonBody<PatchAgent>,
-) -> Result<Json<Agent>, ApiError> {
-    Ok(Json(patch_agent(&state, &access.agent.id, body, &access.actor).await?))
+operation! {
+    /// Change an agent's name, description, rate limit, cache TTL or audit retention (JSON merge-patch).
+    patch "/admin/v1/agents/{agent_id}" as "patchAgent", tag "agents", request_body = PatchAgent,
+        params(("agent_id" = String, Path)), ok((status = 200, description = "The changed agent", body = Agent)),
+        refused(404 "No such agent", 422 "Invalid values");
+    in "admin.patch_agent" for access;
+    pub async fn patch(state, access: ManagedAgent, JsonBody(body): JsonBody<PatchAgent>) -> Json<Agent> {
+        Ok(Json(patch_agent(&state, &access.agent.id, body, &access.actor).await?))
+    }
 }
 
-/// Delete an agent with its keys, registry and streams.
-#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}", operation_id = "deleteAgent", tag = "agents",
-    params(("agent_id" = String, Path)),
-    security(("operator" = [])),
-    responses((status = 204, description = "Deleted"),
-               (status = 404, description = "No such agent", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.delete_agent", skip_all, fields(agent = %access.agent.id))]
-pub async fn delete(State(state): State<AppState>, access: ManagedAgent) -> Result<StatusCode, ApiError> {
-    delete_agent(&state, &access.agent.id, &access.actor).await?;
-    Ok(StatusCode::NO_CONTENT)
+operation! {
+    /// Delete an agent with its keys, registry and streams.
+    delete "/admin/v1/agents/{agent_id}" as "deleteAgent", tag "agents", params(("agent_id" = String, Path)),
+        ok((status = 204, description = "Deleted")), refused(404 "No such agent");
+    in "admin.delete_agent" for access;
+    pub async fn delete(state, access: ManagedAgent) -> StatusCode {
+        delete_agent(&state, &access.agent.id, &access.actor).await?;
+        Ok(StatusCode::NO_CONTENT)
+    }
 }
 
 /// Validates a new agent and commits it with its event and audit rows: `POST /agents` and the console.

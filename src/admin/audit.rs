@@ -3,13 +3,13 @@
 
 use axum::Json;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use futures::TryStreamExt;
 
 use super::access::OperatorAccess;
 use super::extract::QueryParams;
+use super::operation::operation;
 use super::page::{Page, PageQuery};
 use crate::domain::AgentId;
 use crate::domain::model::{AuditFilter, AuditPosition, AuditRecord};
@@ -59,26 +59,18 @@ struct AuditQuery {
     outcome: Option<String>,
 }
 
-/// List audit records.
-#[utoipa::path(get, path = "/admin/v1/audit", operation_id = "listAudit", tag = "audit",
-    security(("operator" = [])),
-    params(
-        AuditQuery,
-        ("limit" = Option<u32>, Query, description = "Page size, 1 to 1000 (default 100)"),
-        ("cursor" = Option<String>, Query, description = "The `nextCursor` of the page before"),
-    ),
-    responses(
-        (status = 200, description = "Audit records, newest first", body = Page<AuditRecord>),
-        (status = 400, description = "Malformed query or cursor", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid filter value", body = Problem, content_type = "application/problem+json"),
-    ))]
-#[tracing::instrument(name = "admin.list_audit", skip_all)]
-pub async fn list(
-    State(state): State<AppState>,
-    _access: OperatorAccess,
-    params: QueryParams,
-) -> Result<Json<Page<AuditRecord>>, ApiError> {
-    Ok(Json(list_page(&state, &params).await?))
+operation! {
+    /// List audit records.
+    get "/admin/v1/audit" as "listAudit", tag "audit",
+        params(AuditQuery,
+               ("limit" = Option<u32>, Query, description = "Page size, 1 to 1000 (default 100)"),
+               ("cursor" = Option<String>, Query, description = "The `nextCursor` of the page before")),
+        ok((status = 200, description = "Audit records, newest first", body = Page<AuditRecord>)),
+        refused(400 "Malformed query or cursor", 422 "Invalid filter value");
+    in "admin.list_audit";
+    pub async fn list(state, _access: OperatorAccess, params: QueryParams) -> Json<Page<AuditRecord>> {
+        Ok(Json(list_page(&state, &params).await?))
+    }
 }
 
 /// A page of audit records for the query's filters and cursor: `GET /audit` and the console.
@@ -98,22 +90,16 @@ pub(crate) async fn list_page(state: &AppState, params: &QueryParams) -> Result<
 /// Records per database query while exporting.
 const EXPORT_PAGE: u32 = 1000;
 
-/// Export audit records as NDJSON.
-#[utoipa::path(get, path = "/admin/v1/audit/export", operation_id = "exportAudit", tag = "audit",
-    security(("operator" = [])),
-    params(AuditQuery),
-    responses(
-        (status = 200, description = "Every matching record, newest first, one JSON object per line", body = AuditRecord, content_type = "application/x-ndjson"),
-        (status = 400, description = "Malformed query", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid filter value", body = Problem, content_type = "application/problem+json"),
-    ))]
-#[tracing::instrument(name = "admin.export_audit", skip_all)]
-pub async fn export(
-    State(state): State<AppState>,
-    _access: OperatorAccess,
-    params: QueryParams,
-) -> Result<Response, ApiError> {
-    export_response(state, &params)
+operation! {
+    /// Export audit records as NDJSON.
+    get "/admin/v1/audit/export" as "exportAudit", tag "audit", params(AuditQuery),
+        ok((status = 200, description = "Every matching record, newest first, one JSON object per line",
+            body = AuditRecord, content_type = "application/x-ndjson")),
+        refused(400 "Malformed query", 422 "Invalid filter value");
+    in "admin.export_audit";
+    pub async fn export(state, _access: OperatorAccess, params: QueryParams) -> Response {
+        export_response(state, &params)
+    }
 }
 
 /// Every record matching the query's filters as NDJSON, streamed: `GET /audit/export` and the console.

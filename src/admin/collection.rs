@@ -109,10 +109,8 @@ pub async fn list<C: AdminCollection>(
     access: RegistryAccess,
     page: PageQuery,
 ) -> Result<Json<Page<C::Item>>, ApiError> {
-    let agent = access.agent.as_str();
-    let after = page.after(&state.cursors, C::LIST, agent)?;
-    let rows = C::store(&*state.store).list(&access.agent, after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state, C::LIST, agent, |item| C::key(item).to_owned())))
+    let fetch = async |after: Option<&str>, limit| C::store(&*state.store).list(&access.agent, after, limit).await;
+    Ok(Json(page.load(&state, C::LIST, access.agent.as_str(), fetch, |item| C::key(item).to_owned()).await?))
 }
 
 /// `GET`: one item.
@@ -161,13 +159,14 @@ pub async fn delete_item<C: AdminCollection>(
 }
 
 /// Declares the admin body of an item described like an MCP resource (a resource, a resource template): its
-/// key field, then `name`, `title`, `description` and `mimeType`, then its own fields; with the checks of
-/// the described fields, which its `into_new` makes in its own order.
+/// key field, then `name`, `title`, `description`, `mimeType` and `annotations` (documented by the caller),
+/// then its own fields; with the checks of the described fields, which its `into_new` makes in its own order.
 macro_rules! described_body {
     (
         $(#[$attr:meta])*
         pub struct $body:ident {
             $(#[$key_attr:meta])* pub $key:ident: String,
+            $(#[$annotations_attr:meta])* pub annotations: $annotations_type:ty,
             $($(#[$own_attr:meta])* pub $own:ident: $own_type:ty,)*
         }
     ) => {
@@ -180,11 +179,14 @@ macro_rules! described_body {
             pub description: Option<String>,
             /// A media type, `type/subtype` with optional parameters.
             pub mime_type: Option<String>,
+            $(#[$annotations_attr])*
+            #[schema(value_type = Option<Object>)]
+            pub annotations: $annotations_type,
             $($(#[$own_attr])* pub $own: $own_type,)*
         }
 
         impl $body {
-            /// The described fields within their limits: 413 naming the first one over.
+            /// The described fields and the annotations within their limits: 413 naming the first one over.
             fn limit_described(
                 &self,
                 limits: &$crate::domain::limits::FieldLimits,
@@ -193,10 +195,11 @@ macro_rules! described_body {
                 limits.text(Field::Name, "name", Some(&self.name))?;
                 limits.text(Field::Title, "title", self.title.as_deref())?;
                 limits.text(Field::Description, "description", self.description.as_deref())?;
-                limits.text(Field::MimeType, "mimeType", self.mime_type.as_deref())
+                limits.text(Field::MimeType, "mimeType", self.mime_type.as_deref())?;
+                limits.json(Field::Annotations, "annotations", self.annotations.as_ref())
             }
 
-            /// A name that is not blank and a media type (422 otherwise).
+            /// A name that is not blank, a media type and valid annotations (422 otherwise).
             fn check_described(&self) -> Result<(), $crate::error::ApiError> {
                 if self.name.trim().is_empty() {
                     return Err($crate::error::ApiError::Unprocessable("name must not be empty".to_owned()));
@@ -204,6 +207,11 @@ macro_rules! described_body {
                 if let Some(mime_type) = &self.mime_type {
                     $crate::admin::resources::check_mime_type(mime_type)?;
                 }
+                self.annotations
+                    .as_ref()
+                    .map($crate::domain::content::validate_annotations)
+                    .transpose()
+                    .map_err($crate::error::ApiError::invalid)?;
                 Ok(())
             }
         }

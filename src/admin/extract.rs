@@ -113,6 +113,28 @@ where
     <Option<T> as serde::Deserialize>::deserialize(deserializer).map(Some)
 }
 
+/// Declares the body of a JSON merge-patch: each field `pub name: T` is an `Option<Option<T>>` read with
+/// [`present`], so that an absent member, `null` and a value stay apart.
+macro_rules! merge_patch {
+    (
+        $(#[$attr:meta])*
+        pub struct $name:ident {
+            $($(#[$field_attr:meta])* pub $field:ident: $type:ty,)*
+        }
+    ) => {
+        $(#[$attr])*
+        pub struct $name {
+            $(
+                $(#[$field_attr])*
+                #[serde(default, deserialize_with = "crate::admin::extract::present")]
+                pub $field: Option<Option<$type>>,
+            )*
+        }
+    };
+}
+
+pub(crate) use merge_patch;
+
 /// What a handler makes of the JSON body `json`: parsed, deserialised as a `B` and turned into its domain
 /// value by `into`; the status of the first refusal.
 #[cfg(test)]

@@ -4,14 +4,14 @@
 //! The plain key exists only in the answer that creates it; the store keeps its digest.
 
 use axum::Json;
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use super::access::ManagedAgent;
 use super::agents::{RateLimitBody, check_rate_limit};
-use super::extract::{JsonBody, PathParams, present};
+use super::extract::{JsonBody, PathParams, merge_patch};
+use super::operation::operation;
 use super::page::{Page, PageQuery};
 use crate::domain::limits::Field;
 use crate::domain::model::{Actor, KeyPatch, KeyRecord, NewKey, RateLimit};
@@ -38,17 +38,17 @@ pub struct CreateKey {
     pub rate_limit: Option<RateLimit>,
 }
 
-/// A JSON merge-patch (RFC 7396) of a key: absent fields stay, `null` clears.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PatchKey {
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
-    pub name: Option<Option<String>>,
-    /// Merged into the key's own limit (members not given stay); `null` goes back to the configured one.
-    #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<RateLimitBody>)]
-    pub rate_limit: Option<Option<RateLimitBody>>,
+merge_patch! {
+    /// A JSON merge-patch (RFC 7396) of a key: absent fields stay, `null` clears.
+    #[derive(Debug, Deserialize, utoipa::ToSchema)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct PatchKey {
+        #[schema(value_type = Option<String>)]
+        pub name: String,
+        /// Merged into the key's own limit (members not given stay); `null` goes back to the configured one.
+        #[schema(value_type = Option<RateLimitBody>)]
+        pub rate_limit: RateLimitBody,
+    }
 }
 
 impl PatchKey {
@@ -113,77 +113,59 @@ impl CreateKey {
     }
 }
 
-/// Create a key for the agent.
-#[utoipa::path(post, path = "/admin/v1/agents/{agent_id}/keys", operation_id = "createKey", tag = "keys", request_body = CreateKey,
-    params(("agent_id" = String, Path)),
-    security(("operator" = [])),
-    responses((status = 201, description = "Created; `key` is shown only here", body = CreatedKey),
-               (status = 404, description = "No such agent", body = Problem, content_type = "application/problem+json"),
-               (status = 422, description = "Unknown scope, empty scopes, expiry in the past, a rate limit of 0", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.create_key", skip_all, fields(agent = %access.agent.id))]
-pub async fn create(
-    State(state): State<AppState>,
-    access: ManagedAgent,
-    JsonBody(body): JsonBody<CreateKey>,
-) -> Result<Response, ApiError> {
-    let created = create_key(&state, &access.agent.id, body, &access.actor).await?;
-    // The answer holds the only copy of the key: no cache may keep it.
-    Ok((StatusCode::CREATED, [(axum::http::header::CACHE_CONTROL, "no-store")], Json(created)).into_response())
+operation! {
+    /// Create a key for the agent.
+    post "/admin/v1/agents/{agent_id}/keys" as "createKey", tag "keys", request_body = CreateKey,
+        params(("agent_id" = String, Path)),
+        ok((status = 201, description = "Created; `key` is shown only here", body = CreatedKey)),
+        refused(404 "No such agent", 422 "Unknown scope, empty scopes, expiry in the past, a rate limit of 0");
+    in "admin.create_key" for access;
+    pub async fn create(state, access: ManagedAgent, JsonBody(body): JsonBody<CreateKey>) -> Response {
+        let created = create_key(&state, &access.agent.id, body, &access.actor).await?;
+        // The answer holds the only copy of the key: no cache may keep it.
+        Ok((StatusCode::CREATED, [(axum::http::header::CACHE_CONTROL, "no-store")], Json(created)).into_response())
+    }
 }
 
-/// List the agent's keys (never the keys themselves), ordered by creation.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/keys", operation_id = "listKeys", tag = "keys",
-    params(("agent_id" = String, Path),
-           ("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
-           ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
-    security(("operator" = [])),
-    responses((status = 200, description = "A page of keys", body = Page<KeyRecord>),
-               (status = 404, description = "No such agent", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.list_keys", skip_all, fields(agent = %access.agent.id))]
-pub async fn list(
-    State(state): State<AppState>,
-    access: ManagedAgent,
-    page: PageQuery,
-) -> Result<Json<Page<KeyRecord>>, ApiError> {
-    let agent = &access.agent.id;
-    let after = page.after(&state.cursors, ListKind::Keys, agent.as_str())?;
-    let rows = state.store.list_keys(agent, after.as_deref(), page.fetch_limit()).await?;
-    Ok(Json(Page::from_rows(rows, &page, &state, ListKind::Keys, agent.as_str(), |k| k.id.clone())))
+operation! {
+    /// List the agent's keys (never the keys themselves), ordered by creation.
+    get "/admin/v1/agents/{agent_id}/keys" as "listKeys", tag "keys", params(("agent_id" = String, Path)) paged,
+        ok((status = 200, description = "A page of keys", body = Page<KeyRecord>)), refused(404 "No such agent");
+    in "admin.list_keys" for access;
+    pub async fn list(state, access: ManagedAgent, page: PageQuery) -> Json<Page<KeyRecord>> {
+        let agent = &access.agent.id;
+        let fetch = async |after: Option<&str>, limit| state.store.list_keys(agent, after, limit).await;
+        Ok(Json(page.load(&state, ListKind::Keys, agent.as_str(), fetch, |k| k.id.clone()).await?))
+    }
 }
 
-/// Change a key's name or own rate limit (JSON merge-patch); applies from its next request on every replica.
-#[utoipa::path(patch, path = "/admin/v1/agents/{agent_id}/keys/{key_id}", operation_id = "patchKey", tag = "keys", request_body = PatchKey,
-    params(("agent_id" = String, Path), ("key_id" = String, Path)),
-    security(("operator" = [])),
-    responses((status = 200, description = "The changed key", body = KeyRecord),
-               (status = 404, description = "No such agent or key", body = Problem, content_type = "application/problem+json"),
-               (status = 409, description = "The key is revoked: it keeps the name and limit it was revoked with", body = Problem, content_type = "application/problem+json"),
-               (status = 422, description = "Invalid values", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.patch_key", skip_all, fields(agent = %access.agent.id))]
-pub async fn patch(
-    State(state): State<AppState>,
-    access: ManagedAgent,
-    path: PathParams,
-    JsonBody(body): JsonBody<PatchKey>,
-) -> Result<Json<KeyRecord>, ApiError> {
-    let key_id = path.get("key_id")?;
-    Ok(Json(patch_key(&state, &access.agent.id, key_id, body, &access.actor).await?))
+operation! {
+    /// Change a key's name or own rate limit (JSON merge-patch); applies from its next request on every replica.
+    patch "/admin/v1/agents/{agent_id}/keys/{key_id}" as "patchKey", tag "keys", request_body = PatchKey,
+        params(("agent_id" = String, Path), ("key_id" = String, Path)),
+        ok((status = 200, description = "The changed key", body = KeyRecord)),
+        refused(404 "No such agent or key",
+                409 "The key is revoked: it keeps the name and limit it was revoked with",
+                422 "Invalid values");
+    in "admin.patch_key" for access;
+    pub async fn patch(
+        state, access: ManagedAgent, path: PathParams, JsonBody(body): JsonBody<PatchKey>,
+    ) -> Json<KeyRecord> {
+        let key_id = path.get("key_id")?;
+        Ok(Json(patch_key(&state, &access.agent.id, key_id, body, &access.actor).await?))
+    }
 }
 
-/// Revoke a key: it is refused from the next request on, on every replica.
-#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}/keys/{key_id}", operation_id = "revokeKey", tag = "keys",
-    params(("agent_id" = String, Path), ("key_id" = String, Path)),
-    security(("operator" = [])),
-    responses((status = 204, description = "Revoked"),
-               (status = 404, description = "No such agent or key", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.revoke_key", skip_all, fields(agent = %access.agent.id))]
-pub async fn revoke(
-    State(state): State<AppState>,
-    access: ManagedAgent,
-    path: PathParams,
-) -> Result<StatusCode, ApiError> {
-    revoke_key(&state, &access.agent.id, path.get("key_id")?, &access.actor).await?;
-    Ok(StatusCode::NO_CONTENT)
+operation! {
+    /// Revoke a key: it is refused from the next request on, on every replica.
+    delete "/admin/v1/agents/{agent_id}/keys/{key_id}" as "revokeKey", tag "keys",
+        params(("agent_id" = String, Path), ("key_id" = String, Path)),
+        ok((status = 204, description = "Revoked")), refused(404 "No such agent or key");
+    in "admin.revoke_key" for access;
+    pub async fn revoke(state, access: ManagedAgent, path: PathParams) -> StatusCode {
+        revoke_key(&state, &access.agent.id, path.get("key_id")?, &access.actor).await?;
+        Ok(StatusCode::NO_CONTENT)
+    }
 }
 
 /// Validates a new key, generates it and commits its digest with the audit row: `POST .../keys` and the

@@ -32,6 +32,8 @@ pub mod keys;
 pub mod oauth_subjects;
 /// `GET /openapi.json`: the generated OpenAPI 3.1 document.
 pub mod openapi;
+/// The declaration of an operator-only operation: its OpenAPI description, span and signature.
+pub mod operation;
 /// `?limit=&cursor=` and the `{"items", "nextCursor"}` page.
 pub mod page;
 /// `/agents/{agent_id}/prompts`.

@@ -8,13 +8,13 @@
 //! `oauth.max_subject_bytes` bytes.
 
 use axum::Json;
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::access::ManagedAgent;
 use super::extract::{JsonBody, PathParams, QueryParams};
+use super::operation::operation;
 use super::page::{Page, PageQuery};
 use crate::domain::subject::SubjectGrant;
 use crate::domain::time::Timestamp;
@@ -59,110 +59,94 @@ fn subject<'a>(state: &AppState, path: &'a PathParams) -> Result<&'a str, ApiErr
     Ok(subject)
 }
 
-/// Grant a subject of the configured issuer on the agent, as one of its keys (replacing its grant).
-#[utoipa::path(put, path = "/admin/v1/agents/{agent_id}/oauth-subjects/{subject}", operation_id = "putOauthSubject", tag = "oauth subjects", request_body = PutSubject,
-    params(("agent_id" = String, Path), ("subject" = String, Path, description = "The `sub` of the issuer's tokens, percent-encoded")),
-    security(("operator" = [])),
-    responses((status = 201, description = "Granted", body = SubjectGrant),
-               (status = 200, description = "Replaced", body = SubjectGrant),
-               (status = 404, description = "No such agent", body = Problem, content_type = "application/problem+json"),
-               (status = 409, description = "OAuth is not external, or the agent holds oauth.max_subjects_per_agent grants", body = Problem, content_type = "application/problem+json"),
-               (status = 413, description = "The subject is longer than oauth.max_subject_bytes", body = Problem, content_type = "application/problem+json"),
-               (status = 422, description = "No usable key of the agent with this id, or an invalid subject", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.put_oauth_subject", skip_all, fields(agent = %access.agent.id))]
-pub async fn put(
-    State(state): State<AppState>,
-    access: ManagedAgent,
-    path: PathParams,
-    JsonBody(body): JsonBody<PutSubject>,
-) -> Result<Response, ApiError> {
-    let issuer = issuer(&state)?;
-    let subject = subject(&state, &path)?;
-    let now = Timestamp::now();
-    let grant = SubjectGrant {
-        agent_id: access.agent.id.clone(),
-        issuer: issuer.to_owned(),
-        subject: subject.to_owned(),
-        key_id: body.key_id,
-        created_at: now,
-        updated_at: now,
-    };
-    let max = state.config.oauth.max_subjects_per_agent;
-    let stored = state.store.put_oauth_subject(&grant, max, &access.actor).await?;
-    let status = if stored.created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(stored.item)).into_response())
+operation! {
+    /// Grant a subject of the configured issuer on the agent, as one of its keys (replacing its grant).
+    put "/admin/v1/agents/{agent_id}/oauth-subjects/{subject}" as "putOauthSubject", tag "oauth subjects",
+        request_body = PutSubject,
+        params(("agent_id" = String, Path),
+               ("subject" = String, Path, description = "The `sub` of the issuer's tokens, percent-encoded")),
+        ok((status = 201, description = "Granted", body = SubjectGrant),
+           (status = 200, description = "Replaced", body = SubjectGrant)),
+        refused(404 "No such agent",
+                409 "OAuth is not external, or the agent holds oauth.max_subjects_per_agent grants",
+                413 "The subject is longer than oauth.max_subject_bytes",
+                422 "No usable key of the agent with this id, or an invalid subject");
+    in "admin.put_oauth_subject" for access;
+    pub async fn put(
+        state, access: ManagedAgent, path: PathParams, JsonBody(body): JsonBody<PutSubject>,
+    ) -> Response {
+        let issuer = issuer(&state)?;
+        let subject = subject(&state, &path)?;
+        let now = Timestamp::now();
+        let grant = SubjectGrant {
+            agent_id: access.agent.id.clone(),
+            issuer: issuer.to_owned(),
+            subject: subject.to_owned(),
+            key_id: body.key_id,
+            created_at: now,
+            updated_at: now,
+        };
+        let max = state.config.oauth.max_subjects_per_agent;
+        let stored = state.store.put_oauth_subject(&grant, max, &access.actor).await?;
+        let status = if stored.created { StatusCode::CREATED } else { StatusCode::OK };
+        Ok((status, Json(stored.item)).into_response())
+    }
 }
 
-/// List the agent's subject grants, by issuer and subject.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/oauth-subjects", operation_id = "listOauthSubjects", tag = "oauth subjects",
-    params(("agent_id" = String, Path),
-           ("limit" = Option<u32>, Query, description = "1 to 1000, default 100"),
-           ("cursor" = Option<String>, Query, description = "`nextCursor` of the page before")),
-    security(("operator" = [])),
-    responses((status = 200, description = "A page of grants", body = Page<SubjectGrant>),
-               (status = 404, description = "No such agent", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.list_oauth_subjects", skip_all, fields(agent = %access.agent.id))]
-pub async fn list(
-    State(state): State<AppState>,
-    access: ManagedAgent,
-    page: PageQuery,
-) -> Result<Json<Page<SubjectGrant>>, ApiError> {
-    let agent = &access.agent.id;
-    let after = page.after(&state.cursors, ListKind::OauthSubjects, agent.as_str())?;
-    let rows = state.store.list_oauth_subjects(agent, after.as_deref(), page.fetch_limit()).await?;
-    let sort_key = |grant: &SubjectGrant| subject_sort_key(&grant.issuer, &grant.subject);
-    Ok(Json(Page::from_rows(rows, &page, &state, ListKind::OauthSubjects, agent.as_str(), sort_key)))
+operation! {
+    /// List the agent's subject grants, by issuer and subject.
+    get "/admin/v1/agents/{agent_id}/oauth-subjects" as "listOauthSubjects", tag "oauth subjects",
+        params(("agent_id" = String, Path)) paged,
+        ok((status = 200, description = "A page of grants", body = Page<SubjectGrant>)), refused(404 "No such agent");
+    in "admin.list_oauth_subjects" for access;
+    pub async fn list(state, access: ManagedAgent, page: PageQuery) -> Json<Page<SubjectGrant>> {
+        let agent = &access.agent.id;
+        let fetch = async |after: Option<&str>, limit| state.store.list_oauth_subjects(agent, after, limit).await;
+        let sort_key = |grant: &SubjectGrant| subject_sort_key(&grant.issuer, &grant.subject);
+        Ok(Json(page.load(&state, ListKind::OauthSubjects, agent.as_str(), fetch, sort_key).await?))
+    }
 }
 
-/// One grant of a subject of the configured issuer.
-#[utoipa::path(get, path = "/admin/v1/agents/{agent_id}/oauth-subjects/{subject}", operation_id = "getOauthSubject", tag = "oauth subjects",
-    params(("agent_id" = String, Path), ("subject" = String, Path)),
-    security(("operator" = [])),
-    responses((status = 200, description = "The grant", body = SubjectGrant),
-               (status = 404, description = "No such agent or grant", body = Problem, content_type = "application/problem+json"),
-               (status = 409, description = "OAuth is not external", body = Problem, content_type = "application/problem+json"),
-               (status = 413, description = "The subject is longer than oauth.max_subject_bytes", body = Problem, content_type = "application/problem+json"),
-               (status = 422, description = "An empty subject, or one with a control character", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.get_oauth_subject", skip_all, fields(agent = %access.agent.id))]
-pub async fn get(
-    State(state): State<AppState>,
-    access: ManagedAgent,
-    path: PathParams,
-) -> Result<Json<SubjectGrant>, ApiError> {
-    let issuer = issuer(&state)?;
-    let subject = subject(&state, &path)?;
-    let grant = state.store.get_oauth_subject(&access.agent.id, issuer, subject).await?;
-    grant.map(Json).ok_or_else(|| missing(subject))
+operation! {
+    /// One grant of a subject of the configured issuer.
+    get "/admin/v1/agents/{agent_id}/oauth-subjects/{subject}" as "getOauthSubject", tag "oauth subjects",
+        params(("agent_id" = String, Path), ("subject" = String, Path)),
+        ok((status = 200, description = "The grant", body = SubjectGrant)),
+        refused(404 "No such agent or grant", 409 "OAuth is not external",
+                413 "The subject is longer than oauth.max_subject_bytes",
+                422 "An empty subject, or one with a control character");
+    in "admin.get_oauth_subject" for access;
+    pub async fn get(state, access: ManagedAgent, path: PathParams) -> Json<SubjectGrant> {
+        let issuer = issuer(&state)?;
+        let subject = subject(&state, &path)?;
+        let grant = state.store.get_oauth_subject(&access.agent.id, issuer, subject).await?;
+        grant.map(Json).ok_or_else(|| missing(subject))
+    }
 }
 
-/// Withdraw a grant: the subject's tokens are refused from the next request on, on every replica.
-#[utoipa::path(delete, path = "/admin/v1/agents/{agent_id}/oauth-subjects/{subject}", operation_id = "deleteOauthSubject", tag = "oauth subjects",
-    params(("agent_id" = String, Path), ("subject" = String, Path),
-           ("issuer" = Option<String>, Query, description = "The issuer the grant was made under; default: oauth.issuer")),
-    security(("operator" = [])),
-    responses((status = 204, description = "Deleted"),
-               (status = 404, description = "No such agent or grant", body = Problem, content_type = "application/problem+json"),
-               (status = 409, description = "No issuer given and OAuth is not external", body = Problem, content_type = "application/problem+json"),
-               (status = 413, description = "The subject is longer than oauth.max_subject_bytes", body = Problem, content_type = "application/problem+json"),
-               (status = 422, description = "An empty subject, or one with a control character", body = Problem, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "admin.delete_oauth_subject", skip_all, fields(agent = %access.agent.id))]
-pub async fn delete(
-    State(state): State<AppState>,
-    access: ManagedAgent,
-    path: PathParams,
-    query: QueryParams,
-) -> Result<StatusCode, ApiError> {
-    let subject = subject(&state, &path)?;
-    let issuer = match query.get("issuer")? {
-        Some(issuer) => issuer,
-        None => issuer(&state)?,
-    };
-    let deleted = state.store.delete_oauth_subject(&access.agent.id, issuer, subject, &access.actor).await;
-    deleted.map_err(|error| match error {
-        StoreError::NotFound => missing(subject),
-        other => other.into(),
-    })?;
-    Ok(StatusCode::NO_CONTENT)
+operation! {
+    /// Withdraw a grant: the subject's tokens are refused from the next request on, on every replica.
+    delete "/admin/v1/agents/{agent_id}/oauth-subjects/{subject}" as "deleteOauthSubject", tag "oauth subjects",
+        params(("agent_id" = String, Path), ("subject" = String, Path),
+               ("issuer" = Option<String>, Query, description = "The issuer the grant was made under; default: oauth.issuer")),
+        ok((status = 204, description = "Deleted")),
+        refused(404 "No such agent or grant", 409 "No issuer given and OAuth is not external",
+                413 "The subject is longer than oauth.max_subject_bytes",
+                422 "An empty subject, or one with a control character");
+    in "admin.delete_oauth_subject" for access;
+    pub async fn delete(state, access: ManagedAgent, path: PathParams, query: QueryParams) -> StatusCode {
+        let subject = subject(&state, &path)?;
+        let issuer = match query.get("issuer")? {
+            Some(issuer) => issuer,
+            None => issuer(&state)?,
+        };
+        let deleted = state.store.delete_oauth_subject(&access.agent.id, issuer, subject, &access.actor).await;
+        deleted.map_err(|error| match error {
+            StoreError::NotFound => missing(subject),
+            other => other.into(),
+        })?;
+        Ok(StatusCode::NO_CONTENT)
+    }
 }
 
 fn missing(subject: &str) -> ApiError {

@@ -12,6 +12,7 @@ use super::extract::QueryParams;
 use crate::error::ApiError;
 use crate::registry::cursor::{CursorCodec, ListKind};
 use crate::state::AppState;
+use crate::store::StoreError;
 
 pub const DEFAULT_LIMIT: u32 = 100;
 pub const MAX_LIMIT: u32 = 1000;
@@ -58,6 +59,22 @@ impl PageQuery {
     /// How many rows to ask the store for.
     pub fn fetch_limit(&self) -> u32 {
         self.limit + 1
+    }
+
+    /// The page of the list `kind` of `scope` (an agent id, or `""` for a list of the whole gateway): `fetch`
+    /// reads up to its limit of rows after the sort key it is given (the cursor's), and `sort_key` gives the
+    /// key the next page resumes after.
+    pub async fn load<T: Serialize>(
+        &self,
+        state: &AppState,
+        kind: ListKind,
+        scope: &str,
+        fetch: impl AsyncFnOnce(Option<&str>, u32) -> Result<Vec<T>, StoreError>,
+        sort_key: impl Fn(&T) -> String,
+    ) -> Result<Page<T>, ApiError> {
+        let after = self.after(&state.cursors, kind, scope)?;
+        let rows = fetch(after.as_deref(), self.fetch_limit()).await?;
+        Ok(Page::from_rows(rows, self, state, kind, scope, sort_key))
     }
 }
 

@@ -16,7 +16,7 @@ use super::collection::{self, AdminCollection, ItemKey, missing};
 use super::extract::PathParams;
 use super::page::Page;
 use crate::domain::ResourceUri;
-use crate::domain::content::{validate_annotations, validate_base64, validate_meta};
+use crate::domain::content::{validate_base64, validate_meta};
 use crate::domain::limits::{Field, FieldLimits};
 use crate::domain::model::{Content, NewResource, Resource};
 use crate::error::{ApiError, Problem};
@@ -33,16 +33,15 @@ collection::described_body! {
         #[schema(example = "test://static-text", max_length = 2048)]
         pub uri: String,
         /// MCP annotations: `audience`, `priority`, `lastModified`.
-    #[schema(value_type = Option<Object>)]
-    pub annotations: Option<Value>,
-    #[serde(rename = "_meta")]
-    #[schema(value_type = Option<Object>)]
-    pub meta: Option<Value>,
-    /// UTF-8 content.
-    pub text: Option<String>,
-    /// Binary content, standard base64 with padding.
-    pub blob: Option<String>,
-}
+        pub annotations: Option<Value>,
+        #[serde(rename = "_meta")]
+        #[schema(value_type = Option<Object>)]
+        pub meta: Option<Value>,
+        /// UTF-8 content.
+        pub text: Option<String>,
+        /// Binary content, standard base64 with padding.
+        pub blob: Option<String>,
+    }
 }
 
 impl ResourceBody {
@@ -50,11 +49,9 @@ impl ResourceBody {
     /// its limit.
     pub fn into_new(self, max_bytes: usize, limits: &FieldLimits) -> Result<NewResource, ApiError> {
         self.limit_described(limits)?;
-        limits.json(Field::Annotations, "annotations", self.annotations.as_ref())?;
         limits.json(Field::Meta, "_meta", self.meta.as_ref())?;
         let uri = ResourceUri::parse(&self.uri)?;
         self.check_described()?;
-        self.annotations.as_ref().map(validate_annotations).transpose().map_err(ApiError::invalid)?;
         self.meta.as_ref().map(validate_meta).transpose().map_err(ApiError::invalid)?;
         let content = match (self.text, self.blob) {
             (Some(text), None) => Content::Text(text),

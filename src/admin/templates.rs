@@ -11,7 +11,6 @@ use super::collection::{self, AdminCollection};
 use super::extract::PathParams;
 use super::page::Page;
 use crate::domain::UriTemplate;
-use crate::domain::content::validate_annotations;
 use crate::domain::limits::{Field, FieldLimits};
 use crate::domain::model::{NewResourceTemplate, ResourceTemplate};
 use crate::domain::render;
@@ -27,7 +26,6 @@ collection::described_body! {
         /// RFC 6570.
         #[schema(example = "test://template/{id}/data", min_length = 1)]
         pub uri_template: String,
-        #[schema(value_type = Option<Object>)]
         pub annotations: Option<Value>,
         /// A MiniJinja template rendered with the URI's variables when a matching URI is read.
         pub text: Option<String>,
@@ -40,12 +38,10 @@ impl TemplateBody {
     pub fn into_new(self, limits: &FieldLimits) -> Result<NewResourceTemplate, ApiError> {
         limits.text(Field::UriTemplate, "uriTemplate", Some(&self.uri_template))?;
         self.limit_described(limits)?;
-        limits.json(Field::Annotations, "annotations", self.annotations.as_ref())?;
         // Measured before it is compiled: compiling costs time in proportion to the source.
         limits.text(Field::TemplateText, "text", self.text.as_deref())?;
         let template = UriTemplate::parse(&self.uri_template)?;
         self.check_described()?;
-        self.annotations.as_ref().map(validate_annotations).transpose().map_err(ApiError::invalid)?;
         if let Some(text) = &self.text {
             if !template.is_matchable() {
                 return Err(ApiError::Unprocessable(
