@@ -53,7 +53,7 @@ pub fn configure() {
     }
 }
 
-/// A thread that asks mimalloc every [`PURGE_EVERY`] to return the freed memory whose delay has passed
+/// A thread that asks mimalloc every `PURGE_EVERY` to return the freed memory whose delay has passed
 /// (arenas are process-wide, so any thread's collection purges them): an idle server, whose workers no
 /// longer allocate, returns what its last requests freed within about a second and a quarter.
 pub fn start_purger() -> std::io::Result<()> {

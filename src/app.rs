@@ -1,5 +1,8 @@
 //! The composition root: [`Application::build`] wires store, bus, caches and the HTTP server;
 //! [`Application::run_until_stopped`] serves until SIGTERM/SIGINT and then drains.
+//!
+//! [`Application::build`]: crate::app::Application::build
+//! [`Application::run_until_stopped`]: crate::app::Application::run_until_stopped
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -1,6 +1,8 @@
 //! The one-shot commands: everything `hivegate <subcommand>` runs besides `serve` (the database commands,
 //! the health probe, `config check`, the admin API client), and [`run`], which dispatches the command line to
 //! them or to the gateway ([`crate::app::Application`]).
+//!
+//! [`run`]: crate::commands::run
 
 use std::net::SocketAddr;
 use std::process::ExitCode;

@@ -1,4 +1,6 @@
 //! Background tasks that end with their owner: [`AbortOnDrop`].
+//!
+//! [`AbortOnDrop`]: crate::task::AbortOnDrop
 
 use std::future::Future;
 

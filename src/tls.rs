@@ -9,6 +9,8 @@
 //! change, the new pair is parsed and checked (the key must belong to the certificate) and then used for
 //! every new handshake; connections already open keep the certificate they were set up with. A pair that
 //! cannot be read or does not parse is logged, counted and ignored: the previous certificate stays in use.
+//!
+//! [`TlsHandshake`]: crate::tls::TlsHandshake
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};

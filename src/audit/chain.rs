@@ -30,7 +30,7 @@ fn hash_fields(prev: &str, fields: &[u8]) -> String {
 }
 
 /// Appends `record`, at position `seq` after a record whose hash is `prev`, to `out` as the store keeps it:
-/// its hashed fields as [`chain_fields`] writes them with its hash as one more element, so that the bytes
+/// its hashed fields as `chain_fields` writes them with its hash as one more element, so that the bytes
 /// are written once for both. Returns its hash.
 pub fn append_stored_record(out: &mut Vec<u8>, prev: &str, record: &AuditRecord, seq: i64) -> String {
     let start = out.len();

@@ -11,7 +11,7 @@
 //! | --- | --- |
 //! | [`request`] | what an MCP request's record holds: the [`request::Trail`] handlers attach to their answer, and [`request::record`], run around every handler of the endpoint, which turns it into records |
 //! | [`writer`] | the handle requests record through ([`AuditWriter`]): a bounded queue, its counters ([`AuditStats`]), `audit.on_overload = "reject"` ([`Recorder`], [`Overloaded`]), and stopping ([`AuditTask`]) |
-//! | [`batcher`] | the writer's one background task: batches off the queue, one transaction each, retries, stream rotation, the drain at shutdown |
+//! | `batcher` | the writer's one background task: batches off the queue, one transaction each, retries, stream rotation, the drain at shutdown |
 //! | [`stream`] | a writer's stream: each agent's chain in it kept in memory, a batch encoded as a few rows chained over their heads, and the stream's verifier |
 //! | [`chain`] | the hash of one record, and an agent's own chain (admin changes, and MCP records from before streams) with its verifier |
 //! | [`verify`] | `hivegate audit verify`: every agent's chains and every stream read back and checked |
@@ -24,7 +24,7 @@
 //!    request and trace ids, bytes sent) and hands the finished [`AuditRecord`](crate::domain::model::AuditRecord)
 //!    to the [`AuditWriter`]; with `audit.on_overload = "reject"` it took its place in the queue before the
 //!    request was served.
-//! 3. The writer queues it without waiting; the [`batcher`] task takes records off the queue once a full
+//! 3. The writer queues it without waiting; the `batcher` task takes records off the queue once a full
 //!    batch waits or at the flush interval.
 //! 4. The batch is chained onto the task's stream ([`stream::AuditStream::chain`]: each record's hash over
 //!    the previous one of its agent, [`chain::chain_hash`]) and stored by the store's `append_audit` in one
@@ -37,6 +37,24 @@
 //! every stream ([`stream::StreamVerifier`]: the rows' own chain recomputed from their heads, and each
 //! agent's records checked against the heads their row commits to). Retention prunes from the oldest end
 //! and keeps the position and hash of the last record or row pruned, from which verification starts.
+//!
+//! [`chain`]: crate::audit::chain
+//! [`request`]: crate::audit::request
+//! [`request::Trail`]: crate::audit::request::Trail
+//! [`request::record`]: crate::audit::request::record
+//! [`writer`]: crate::audit::writer
+//! [`AuditWriter`]: crate::audit::AuditWriter
+//! [`AuditStats`]: crate::audit::AuditStats
+//! [`Recorder`]: crate::audit::Recorder
+//! [`Overloaded`]: crate::audit::Overloaded
+//! [`AuditTask`]: crate::audit::AuditTask
+//! [`stream`]: crate::audit::stream
+//! [`verify`]: crate::audit::verify
+//! [`stream::AuditStream::chain`]: crate::audit::stream::AuditStream::chain
+//! [`chain::chain_hash`]: crate::audit::chain::chain_hash
+//! [`verify::verify`]: crate::audit::verify::verify
+//! [`chain::ChainVerifier`]: crate::audit::chain::ChainVerifier
+//! [`stream::StreamVerifier`]: crate::audit::stream::StreamVerifier
 
 /// The writer's background task: batches, retries, stream rotation, shutdown.
 mod batcher;

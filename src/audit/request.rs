@@ -11,6 +11,12 @@
 //! path's agent's log, the key's own agent named in `target` as `agent:<id>`), a key without scope `mcp`
 //! (403) and the rate limit (429). Requests refused before that (no or a bad key, an unknown agent, a refused
 //! `Origin`) carry no trail: they belong to no agent's chain (they are counted in metrics and logs).
+//!
+//! [`Trail`]: crate::audit::request::Trail
+//! [`ErrorCode`]: crate::audit::request::ErrorCode
+//! [`Item`]: crate::audit::request::Item
+//! [`record`]: crate::audit::request::record
+//! [`super::writer`]: crate::audit::writer
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};

@@ -14,6 +14,11 @@
 //! Editing a record breaks its agent's chain or the head its row commits to; deleting one leaves a gap;
 //! deleting the newest rows is caught by the stream's head. Retention deletes a stream's oldest rows and
 //! keeps the position and hash of the last one deleted, from which verification starts.
+//!
+//! [`super::chain`]: crate::audit::chain
+//! [`bucket_of`]: crate::audit::stream::bucket_of
+//! [`ROW_RECORDS`]: crate::audit::stream::ROW_RECORDS
+//! [`ROW_SPAN`]: crate::audit::stream::ROW_SPAN
 
 use std::collections::HashMap;
 

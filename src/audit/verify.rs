@@ -4,6 +4,9 @@
 //! streams, [`super::chain`]) and in a chain per writer stream ([`super::stream`]).
 //! With one agent, only its own records are read: its chain, and in each stream the heads of every row
 //! (which the stream's chain covers) and the records of the rows whose heads name it.
+//!
+//! [`super::chain`]: crate::audit::chain
+//! [`super::stream`]: crate::audit::stream
 
 use std::collections::BTreeMap;
 

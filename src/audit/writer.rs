@@ -17,6 +17,8 @@
 //!
 //! With `audit.on_overload = "reject"` a request takes a place in the queue before it is served
 //! ([`AuditWriter::reserve`]); when there is none it is refused (503) rather than served unaudited.
+//!
+//! [`super::stream`]: crate::audit::stream
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -16,8 +16,17 @@
 //! - [`audit`]: `[audit]`.
 //! - [`telemetry`]: `[log]` and `[telemetry]`.
 //! - `[oauth]` is [`crate::oauth::config`], next to what it configures (written with `section!` too).
-//! - [`validate`]: [`Config::validate`], every range and every setting that depends on another.
+//! - `validate`: [`Config::validate`], every range and every setting that depends on another.
 //! - [`report`]: the effective configuration with each value's source (`hivegate config check`).
+//!
+//! [`Config`]: crate::config::Config
+//! [`Config::load`]: crate::config::Config::load
+//! [`ConfigError`]: crate::config::ConfigError
+//! [`database`]: crate::config::database
+//! [`DatabaseUrl`]: crate::config::DatabaseUrl
+//! [`limits`]: crate::config::limits
+//! [`Config::validate`]: crate::config::Config::validate
+//! [`report`]: crate::config::report
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -5,6 +5,8 @@
 //! (`rate_limits.failed_auth_attempts`), as a 401 of the admin API does, and a locked-out address is refused
 //! before its credential is looked at. Each console request also takes a token from the credential's admin
 //! rate limit, the bucket its API requests draw from.
+//!
+//! [`Console`]: crate::console::auth::Console
 
 use std::net::SocketAddr;
 

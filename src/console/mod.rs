@@ -19,6 +19,15 @@
 //! Every change goes through the functions the admin API's handlers call (`crate::admin::agents::create_agent`
 //! and the like), which validate, store with the event and audit rows, and announce on the bus; the audit
 //! record's actor is `console:operator` or `console:key:<key id>`.
+//!
+//! [`session`]: crate::console::session
+//! [`auth`]: crate::console::auth
+//! [`auth::Console`]: crate::console::auth::Console
+//! [`view`]: crate::console::view
+//! [`form`]: crate::console::form
+//! [`overview`]: crate::console::overview
+//! [`agents`]: crate::console::agents
+//! [`live`]: crate::console::live
 
 use axum::Router;
 use axum::routing::{get, post};

@@ -4,6 +4,8 @@
 //! Their templated fields (`text`; the `uri`/`text` of `resource` and `resource_link` blocks) are
 //! MiniJinja templates: they must compile and stay within the allowed subset when stored
 //! ([`render::compile_check`]), and are rendered by [`render_block`] within the request's output budget.
+//!
+//! [`render_block`]: crate::domain::content::render_block
 
 use std::collections::BTreeMap;
 

@@ -96,7 +96,7 @@ impl Session {
     }
 }
 
-/// What [`crate::store::Store::prune`] removed.
+/// What [`crate::store::SessionStore::prune`] removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Pruned {
     pub events: u64,

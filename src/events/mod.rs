@@ -11,6 +11,13 @@
 //! Consumers never match on [`BusMessage`] itself: [`BusMessage::meaning`] says, in one place, what each
 //! message means to caches ([`Stale`], applied through [`CacheGate::apply`]) and to streams
 //! ([`SessionNews`]), and which messages are the bus's own bookkeeping that nobody else acts on.
+//!
+//! [`LocalBus`]: crate::events::LocalBus
+//! [`BusMessage`]: crate::events::BusMessage
+//! [`BusMessage::meaning`]: crate::events::BusMessage::meaning
+//! [`Stale`]: crate::events::Stale
+//! [`CacheGate::apply`]: crate::events::CacheGate::apply
+//! [`SessionNews`]: crate::events::SessionNews
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -271,11 +278,13 @@ impl LocalBus {
     ///
     /// With PostgreSQL the bus is asynchronous (NOTIFY), so an admin write calls this before answering: it
     /// sends a barrier, which reaches every listener after the change, and waits for this replica to hear it
-    /// and for every replica [`Store::live_replicas`] names to acknowledge it. Then a revoked key is refused,
+    /// and for every replica [`ReplicaStore::live_replicas`] names to acknowledge it. Then a revoked key is refused,
     /// and a changed resource served fresh, by every replica from the moment the write is answered. A
-    /// replica that does not answer within [`SETTLE_TIMEOUT`] (stopped without deregistering, or cut off)
+    /// replica that does not answer within `SETTLE_TIMEOUT` (stopped without deregistering, or cut off)
     /// is logged and the write answered anyway: the change did commit, and a cut-off replica stops caching
     /// ([`BusMessage::Offline`]). With SQLite the bus is synchronous and this returns at once.
+    ///
+    /// [`ReplicaStore::live_replicas`]: crate::store::ReplicaStore::live_replicas
     pub async fn settle(&self, store: &dyn Store) {
         let id = uuid::Uuid::new_v4().to_string();
         let mut messages = self.subscribe();

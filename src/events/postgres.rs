@@ -16,6 +16,9 @@
 //! proven end to end: the replica sends a [`BusMessage::Beat`] every [`BEAT_INTERVAL`] and refreshes its
 //! row only when its own listener hears it back, so a replica whose notifications stopped arriving stops
 //! being waited for within [`REPLICA_TTL_SECS`].
+//!
+//! [`BEAT_INTERVAL`]: crate::events::postgres::BEAT_INTERVAL
+//! [`REPLICA_TTL_SECS`]: crate::events::postgres::REPLICA_TTL_SECS
 
 use std::str::FromStr;
 use std::time::Duration;

@@ -49,7 +49,7 @@ impl Limit {
     }
 
     /// The outcome of a request let through when the bucket's theoretical arrival time is now `ahead`
-    /// microseconds after now (GCRA, as [`crate::store::Store::take_shared_token`] keeps it).
+    /// microseconds after now (GCRA, as [`crate::store::ReplicaStore::take_shared_token`] keeps it).
     pub fn allowed_at(&self, ahead: i64) -> Outcome {
         let ahead = ahead.max(0);
         let left = (self.tolerance_micros() - ahead).max(0) / self.interval_micros();

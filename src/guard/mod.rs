@@ -2,7 +2,7 @@
 //! address. Limits are kept in this replica's memory: with `n` replicas behind a load balancer a client
 //! can get up to `n` times a limit, and the answers say so (`Hivegate-RateLimit-Scope: replica`). An agent's
 //! or a key's own `rateLimit` with `"shared": true` is instead counted in the database by every replica
-//! together ([`crate::store::Store::take_shared_token`]: one atomic upsert per token, exact across
+//! together ([`crate::store::ReplicaStore::take_shared_token`]: one atomic upsert per token, exact across
 //! replicas), and then the answers say `Hivegate-RateLimit-Scope: shared`.
 //!
 //! - MCP (`/{agent_id}/mcp`, every method): after the key and the agent are known (the contract's order of
@@ -18,12 +18,17 @@
 //!   size). A refusal is the same 429/-31429, with the `RateLimit*` fields of the refusing policy.
 //! - Admin API: one bucket per credential (the operator token, each registry key), `rate_limits.admin_*`,
 //!   checked once the credential is accepted; a refusal is 429 problem+json with `Retry-After`.
-//! - Failed authentication: the [`gate`] around both endpoints counts 401 answers per client address
+//! - Failed authentication: the `gate` around both endpoints counts 401 answers per client address
 //!   ([`client_ip`], [`failed_auth`]) and refuse a client that used up its attempts before anything else.
 //!
 //! The checks run inside the handlers, but the answer is finished by the middleware: the handler's check
 //! leaves the header values in a [`RateLimitSlot`] (a request extension the middleware put there), and the
 //! middleware copies them onto whatever response comes back ([`headers`]).
+//!
+//! [`client_ip`]: crate::guard::client_ip
+//! [`failed_auth`]: crate::guard::failed_auth
+//! [`RateLimitSlot`]: crate::guard::RateLimitSlot
+//! [`headers`]: crate::guard::headers
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -299,7 +304,7 @@ impl Verdict {
         }
     }
 
-    /// Leaves the fields for the [`gate`] to put on the answer, and counts a refusal in `metrics`; `Err`
+    /// Leaves the fields for the `gate` to put on the answer, and counts a refusal in `metrics`; `Err`
     /// with the wait when refused.
     pub fn settle(self, extensions: &Extensions, metrics: &Metrics) -> Result<(), Duration> {
         self.settle_in(extensions.get::<RateLimitSlot>(), metrics)
@@ -322,7 +327,7 @@ pub fn millis_up(wait: Duration) -> u64 {
     u64::try_from(wait.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX).max(1)
 }
 
-/// Where a handler leaves the `RateLimit*` fields for the [`gate`] to put on its answer.
+/// Where a handler leaves the `RateLimit*` fields for the `gate` to put on its answer.
 #[derive(Clone, Default)]
 pub struct RateLimitSlot(Arc<Mutex<Option<RateLimitHeaders>>>);
 

@@ -6,6 +6,9 @@
 //! The address is the socket's peer: nothing the client sends is read yet. A peer in
 //! `rate_limits.trusted_proxies` is a proxy speaking for many clients, so it is not capped per address (only
 //! the total applies to it); the clients behind it are told apart per request ([`crate::guard::client_ip`]).
+//!
+//! [`Admission::admit`]: crate::http::admission::Admission::admit
+//! [`Permit`]: crate::http::admission::Permit
 
 use std::net::IpAddr;
 use std::sync::Arc;

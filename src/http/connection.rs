@@ -11,15 +11,17 @@
 //!
 //! hyper's own HTTP/1 `header_read_timeout` is not used: its clock starts as soon as a response has been
 //! written, so it would also be the idle timeout of every keep-alive connection, and it does not exist for
-//! HTTP/2. Instead [`Activity`] follows the connection: the service counts the requests in flight (until
+//! HTTP/2. Instead `Activity` follows the connection: the service counts the requests in flight (until
 //! their answer's body is dropped), the I/O notes when bytes of a new head arrive, and the connection's task
 //! sleeps until the earliest deadline.
 //!
 //! **Unread bodies** (HTTP/1): an answer given before the request's body was read (an early 401, 403, 413,
 //! 429, ...) would otherwise leave hyper closing the connection after it without telling the client, which
-//! then loses the next request it sent on it. [`settle_unread_body`] reads and discards the rest of such a
+//! then loses the next request it sent on it. `settle_unread_body` reads and discards the rest of such a
 //! body when it is small ([`DRAIN_LIMIT`]) and arrives within `http.header_read_timeout_ms`, so the connection
 //! stays usable; otherwise the answer carries `Connection: close`.
+//!
+//! [`DRAIN_LIMIT`]: crate::http::connection::DRAIN_LIMIT
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -9,6 +9,8 @@
 //!
 //! tower-http's `CorsLayer` answers preflights 200 and sends its method and header lists to every origin;
 //! the contract wants 204 and nothing for other origins, hence this small layer.
+//!
+//! [`EXPOSE_HEADERS`]: crate::http::cors::EXPOSE_HEADERS
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};

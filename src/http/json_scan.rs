@@ -22,7 +22,7 @@ pub struct Shape {
     /// Arrays and objects nest deeper than the limit (`{}` is one level, a scalar none). The pass stops there.
     pub is_too_deep: bool,
     /// The first key found twice in one object, decoded (lossily when it is not UTF-8), at most its first
-    /// [`MAX_REPORTED_KEY`] bytes.
+    /// `MAX_REPORTED_KEY` bytes.
     pub duplicate_key: Option<String>,
 }
 
@@ -40,7 +40,7 @@ struct Key {
 
 const OBJECT_START: Key = Key { start: usize::MAX, end: 0, is_escaped: false };
 
-/// Scans `bytes` (see the module doc); `max_depth` levels of nesting are allowed (at most [`MAX_LEVELS`]).
+/// Scans `bytes` (see the module doc); `max_depth` levels of nesting are allowed (at most `MAX_LEVELS`).
 pub fn scan(bytes: &[u8], max_depth: usize) -> Shape {
     let max_depth = max_depth.min(MAX_LEVELS);
     let mut shape = Shape::default();

@@ -1,6 +1,10 @@
 //! The HTTP surface: the listeners and their connections ([`serve`], [`connection`], [`admission`]), the
 //! public listener's router, the operator listener's (when `http.operator_listen` is set), their common layer
 //! stack, and the health endpoints.
+//!
+//! [`serve`]: crate::http::serve
+//! [`connection`]: crate::http::connection
+//! [`admission`]: crate::http::admission
 
 use std::time::Duration;
 

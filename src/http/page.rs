@@ -4,6 +4,8 @@
 //! Swagger UI's files are embedded in the binary (`utoipa-swagger-ui`, vendored) and its configuration
 //! points at our own document only, with the online validator turned off: neither page loads anything from
 //! another origin, and each answer's `Content-Security-Policy` says so to the browser.
+//!
+//! [`REFERENCE_PATH`]: crate::http::page::REFERENCE_PATH
 
 use std::sync::{Arc, LazyLock};
 

@@ -10,10 +10,14 @@
 //!   request over those with a bare 431 or 414 before hivegate sees it.
 //! - [`within`]: `http.request_timeout_ms` (408) and a handler that panics (500).
 //!
-//! Both run in the outermost layer of every request ([`super::frame`]), which also counts it. The body's
+//! Both run in the outermost layer of every request (`super::frame`), which also counts it. The body's
 //! nesting (`limits.max_json_depth`) is checked by [`super::json_scan`] before it is parsed.
 //!
 //! Every refusal is marked with [`Refused`] so that the request counter counts it in `limit_refused`.
+//!
+//! [`refuse_head`]: crate::http::request_limits::refuse_head
+//! [`within`]: crate::http::request_limits::within
+//! [`super::json_scan`]: crate::http::json_scan
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;

@@ -2,6 +2,9 @@
 //! refused at once, gets `TCP_NODELAY`, its TLS handshake when the listener serves TLS, and is then served in a
 //! task of its own ([`super::connection`]). On shutdown the loop stops accepting, every connection is shut down
 //! gracefully, and [`serve`] returns once the last one has closed.
+//!
+//! [`super::admission`]: crate::http::admission
+//! [`super::connection`]: crate::http::connection
 
 use std::future::Future;
 use std::net::SocketAddr;

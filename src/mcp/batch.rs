@@ -1,11 +1,14 @@
-//! JSON-RPC batches (2025-03-26 only, [`super::era::detect_batch`]): at most [`MAX_BATCH`] messages answered
+//! JSON-RPC batches (2025-03-26 only, [`super::era::detect_batch`]): at most `MAX_BATCH` messages answered
 //! in one response, in order.
 //!
 //! Each message is a request of its own as far as limits and the audit log are concerned: it takes a
-//! rate-limit token from the key's and the agent's buckets ([`Tokens`]; the first message has the HTTP
+//! rate-limit token from the key's and the agent's buckets (`Tokens`; the first message has the HTTP
 //! request's), and it gets an audit record of its own ([`Item`]) with its method, target, outcome, time,
 //! latency and bytes. A batch refused as a whole (too many messages, wrong era, a bad session or `Accept`)
 //! is one answer and one record.
+//!
+//! [`super::era::detect_batch`]: crate::mcp::era::detect_batch
+//! [`Item`]: crate::audit::request::Item
 
 use axum::http::HeaderMap;
 use axum::response::Response;

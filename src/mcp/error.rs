@@ -3,6 +3,8 @@
 //!
 //! HTTP-level failures (auth, body, envelope, headers, version) carry a non-200 status and a JSON-RPC error
 //! body; errors a method raises while handling well-formed params answer HTTP 200 with the request's id.
+//!
+//! [`McpError::status_and_code`]: crate::mcp::error::McpError::status_and_code
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};

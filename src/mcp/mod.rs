@@ -25,6 +25,20 @@
 //! every replica → the agent's pump reads the new rows once per replica and serialises their notifications
 //! once → each open stream of the agent keeps what its session's subscriptions or listen filter want. The
 //! [`stream`] module's doc follows it step by step.
+//!
+//! [`stream::listen`]: crate::mcp::stream::listen
+//! [`session`]: crate::mcp::session
+//! [`stream::standalone`]: crate::mcp::stream::standalone
+//! [`transport::endpoint`]: crate::mcp::transport::endpoint
+//! [`origin`]: crate::mcp::origin
+//! [`jsonrpc`]: crate::mcp::jsonrpc
+//! [`era`]: crate::mcp::era
+//! [`headers`]: crate::mcp::headers
+//! [`dispatch`]: crate::mcp::dispatch
+//! [`methods`]: crate::mcp::methods
+//! [`dispatch::Context`]: crate::mcp::dispatch::Context
+//! [`error::McpError`]: crate::mcp::error::McpError
+//! [`stream`]: crate::mcp::stream
 
 /// JSON-RPC batches: a rate-limit token and an audit record per message.
 pub mod batch;

@@ -4,6 +4,9 @@
 //! `Host` or `Origin` given twice or not well-formed ([`single_host`], [`single_origin`]), whatever the
 //! allow-lists say: with two values, which one a check saw and which one a proxy or browser acted on could
 //! differ. Other routes refuse the same fields with 400 ([`crate::http::request_limits::refuse_head`]).
+//!
+//! [`single_host`]: crate::mcp::origin::single_host
+//! [`single_origin`]: crate::mcp::origin::single_origin
 
 use axum::http::uri::Authority;
 use axum::http::{HeaderMap, HeaderName, Uri, header};

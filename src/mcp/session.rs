@@ -5,6 +5,8 @@
 //! seen in memory (a [`BusHook`], so an ending or a revoked key is applied here before anyone can observe
 //! it) and writes `last_seen_at` at most once per touch interval per session. A session this replica
 //! believes idle is re-read before it is declared expired, since another replica may have seen it since.
+//!
+//! [`BusHook`]: crate::events::BusHook
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

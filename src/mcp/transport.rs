@@ -10,6 +10,12 @@
 //!
 //! Unauthenticated callers never learn whether an agent exists, and every error raised before the body is
 //! parsed carries `id: null`.
+//!
+//! [`super::era`]: crate::mcp::era
+//! [`super::session`]: crate::mcp::session
+//! [`super::dispatch`]: crate::mcp::dispatch
+//! [`super::stream::listen`]: crate::mcp::stream::listen
+//! [`super::stream::standalone`]: crate::mcp::stream::standalone
 
 use std::sync::Arc;
 
@@ -88,8 +94,8 @@ impl From<McpError> for Refusal {
 
 /// Every request to `/{agent_id}/mcp`: CORS ([`crate::http::cors`]: a preflight is answered here) around the
 /// failed-authentication guard and the `RateLimit*` fields ([`crate::guard::mcp_gate`]) around the audit
-/// ([`crate::audit::request::record`]) around the gate ([`admit`]) and the method's handler: [`post`],
-/// [`super::stream::standalone::get`] (`HEAD` too) and [`super::stream::standalone::delete`]; any other
+/// ([`crate::audit::request::record`]) around the gate (`admit`) and the method's handler: `post`,
+/// `super::stream::standalone::get` (`HEAD` too) and `super::stream::standalone::delete`; any other
 /// method is 405.
 pub async fn endpoint(State(state): State<AppState>, request: Request) -> Response {
     let cors = crate::http::cors::Cors::of(&state, &request);

@@ -4,6 +4,8 @@
 //! `rmcp` 3.9 models the 2026-07-28 shapes (`resultType`, `ttlMs`, `cacheScope`, `server/discover`); what it
 //! lacks is defined here: the protocol constants, the `_meta` keys, and [`ListResult`], the envelope around
 //! the pre-serialised list pages the registry cache keeps.
+//!
+//! [`ListResult`]: crate::mcp::types::ListResult
 
 use serde::Serialize;
 use serde::ser::SerializeMap;

@@ -6,6 +6,8 @@
 //! could have produced and then percent-decoded. Ambiguous templates (`{a}{b}`) are resolved by trying
 //! longer values first; a step budget bounds the backtracking on hostile input, and a [`MatchBudget`]
 //! shared by every match of one request bounds its total work, however many templates an agent has.
+//!
+//! [`MatchBudget`]: crate::mcp::uri_match::MatchBudget
 
 use std::collections::BTreeMap;
 

@@ -6,6 +6,8 @@
 //! `oauth.leeway_s`, its scopes (`scope` string or `scp` array) hold `mcp`, and its subject (`sub`) is
 //! granted on the agent through the admin API ([`crate::admin::oauth_subjects`]). The grant names the key
 //! the token acts as. Nothing of the token is logged.
+//!
+//! [`super::jwks`]: crate::oauth::jwks
 
 use std::sync::Arc;
 

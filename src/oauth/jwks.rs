@@ -3,7 +3,7 @@
 //! The set is fetched on first use, again once it is older than `oauth.jwks_refresh_secs` (so keys the issuer
 //! rotates in are known), and again when a token names a `kid` the set lacks, but then at most once every
 //! `oauth.jwks_min_refetch_ms`: tokens with made-up `kid`s cannot make hivegate hammer the issuer. One fetch
-//! runs at a time ([`Jwks::fetch_turn`]); requests that need it wait for it rather than fetch again. Every
+//! runs at a time (`Jwks::fetch_turn`); requests that need it wait for it rather than fetch again. Every
 //! fetch (the JWKS, and the issuer's metadata when `oauth.jwks_url` is unset) is bounded by
 //! `oauth.jwks_timeout_ms` and `oauth.jwks_max_bytes`, follows no redirect, and a failed one keeps the keys
 //! already known.

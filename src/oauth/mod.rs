@@ -21,6 +21,18 @@
 //!   and is handed to [`OAuth::set_builtin`] by [`crate::app`].
 //! - [`crate::http::cors`]: CORS on the MCP endpoint and the OAuth endpoints.
 //! - The `WWW-Authenticate` challenge is spelled once, in [`crate::http::auth::Challenge`].
+//!
+//! [`Presented`]: crate::oauth::Presented
+//! [`OAuth::authenticate`]: crate::oauth::OAuth::authenticate
+//! [`KeyRecord`]: crate::domain::model::KeyRecord
+//! [`Grant`]: crate::oauth::Grant
+//! [`KeyCache::by_id`]: crate::http::auth::KeyCache::by_id
+//! [`metadata`]: crate::oauth::metadata
+//! [`external`]: crate::oauth::external
+//! [`jwks`]: crate::oauth::jwks
+//! [`server`]: crate::oauth::server
+//! [`AccessTokens`]: crate::oauth::AccessTokens
+//! [`OAuth::set_builtin`]: crate::oauth::OAuth::set_builtin
 
 use std::sync::{Arc, OnceLock};
 

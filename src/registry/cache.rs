@@ -10,6 +10,8 @@
 //! Races: a cold read loads from the database into the agent's registry object it looked up *before* the
 //! read. An invalidation replaces that object, so a load that raced with it lands in an orphan nobody reads
 //! (and is not counted). Agent rows use a generation counter the same way `KeyCache` does.
+//!
+//! [`BusHook`]: crate::events::BusHook
 
 use std::any::Any;
 use std::collections::HashMap;

@@ -5,6 +5,8 @@
 //! which quota bounds its count, what a change tells subscribers, and how MCP lists show it. A
 //! [`Collection`] is the descriptor of those facts; the store, the admin handlers and the MCP list methods are
 //! written once over it, so a fourth collection is one more descriptor.
+//!
+//! [`Collection`]: crate::registry::collection::Collection
 
 use async_trait::async_trait;
 use serde::Serialize;

@@ -17,13 +17,26 @@
 //! | [`ReplicaStore`] | live replicas, shared rate-limit buckets, pool levels | `sql/replicas.rs` |
 //! | [`oauth_server::OAuthServerStore`] | the built-in authorization server's tables | `sql/oauth_server.rs` |
 //!
-//! Each trait is implemented once, in SQL both backends accept ([`sql`]), and expanded for each backend
+//! Each trait is implemented once, in SQL both backends accept (`sql`), and expanded for each backend
 //! ([`postgres`], [`sqlite`]), which supplies only pools, transactions, commit announcements, error classes
 //! and the replica table.
 //!
 //! Every registry change (resource, template, prompt) commits in one transaction with its event row
 //! (per-agent sequence bumped on the agent row, so sequence values commit in order) and its audit row.
 //! After commit the change reaches every replica through the event bus.
+//!
+//! [`Store`]: crate::store::Store
+//! [`prelude`]: crate::store::prelude
+//! [`AgentStore`]: crate::store::AgentStore
+//! [`KeyStore`]: crate::store::KeyStore
+//! [`RegistryStore`]: crate::store::RegistryStore
+//! [`CollectionStore`]: crate::registry::collection::CollectionStore
+//! [`SessionStore`]: crate::store::SessionStore
+//! [`AuditStore`]: crate::store::AuditStore
+//! [`ReplicaStore`]: crate::store::ReplicaStore
+//! [`oauth_server::OAuthServerStore`]: crate::store::oauth_server::OAuthServerStore
+//! [`postgres`]: crate::store::postgres
+//! [`sqlite`]: crate::store::sqlite
 
 use async_trait::async_trait;
 

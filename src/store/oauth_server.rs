@@ -1,7 +1,9 @@
 //! What the built-in authorization server ([`crate::oauth::server`]) keeps: registered clients, one-time
-//! authorization codes and tokens, all secrets as digests. Its own trait beside [`Store`](super::Store), so the
+//! authorization codes and tokens, all secrets as digests. Its own trait beside [`Store`], so the
 //! server's tables stay out of the registry's interface; both backends implement it with the same SQL
-//! ([`super::sql::oauth_server`]).
+//! (`super::sql::oauth_server`).
+//!
+//! [`Store`]: crate::store::Store
 
 use async_trait::async_trait;
 

@@ -8,6 +8,8 @@
 //! of failing. Readers see the last commit and never block the writer.
 //!
 //! There is one replica, so commits are announced on the in-process [`LocalBus`] right after they commit.
+//!
+//! [`LocalBus`]: crate::events::LocalBus
 
 use std::str::FromStr;
 use std::time::Duration;

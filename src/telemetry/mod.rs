@@ -8,6 +8,8 @@
 //! is the parent of that message's `mcp` span ([`crate::mcp`]), as the OpenTelemetry conventions for MCP
 //! ask, with a link to the HTTP request's span. Without the feature these calls do nothing and nothing of
 //! OpenTelemetry is compiled in.
+//!
+//! [`TraceParent`]: crate::telemetry::TraceParent
 
 use tracing::Span;
 use tracing_subscriber::EnvFilter;

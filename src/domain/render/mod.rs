@@ -19,6 +19,12 @@
 //! `(1 + MAX_LOOP_DEPTH) × MAX_EXPRESSION_REFERENCES` times the largest of those values.
 //!
 //! Undefined values are lenient: a missing optional argument is falsy and renders empty.
+//!
+//! [`compile_check`]: crate::domain::render::compile_check
+//! [`Compiled`]: crate::domain::render::Compiled
+//! [`Budget`]: crate::domain::render::Budget
+//! [`MAX_EXPRESSION_REFERENCES`]: crate::domain::render::MAX_EXPRESSION_REFERENCES
+//! [`MAX_LOOP_DEPTH`]: crate::domain::render::MAX_LOOP_DEPTH
 
 mod budget;
 mod check;

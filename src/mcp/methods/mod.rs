@@ -1,5 +1,7 @@
 //! One type per JSON-RPC method: `parse` the params into it (bad params are -32602), `apply` it against a
-//! [`Context`], get a typed result. [`run`] serialises the result once.
+//! [`Context`], get a typed result. `run` serialises the result once.
+//!
+//! [`Context`]: crate::mcp::dispatch::Context
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! The stream is a [`futures::Stream`] polled by the connection's own task whenever the socket can take
 //! more (no task of its own): it writes what is pending, then waits for the next change from its queue or
 //! the next keep-alive. It keeps its position (the last event sequence number it dealt with) in
-//! [`StreamState::cursor`](super::hub::StreamState::cursor): a change at or before it is a duplicate and
+//! [`StreamState::cursor`]: a change at or before it is a duplicate and
 //! skipped; a change after a gap, a full queue (`lagged`), or a start from `Last-Event-ID` makes it read the
 //! missing events from the event table itself. A position older than the retention window gets the resync
 //! set ([`EventFrames::resync`]).
@@ -13,6 +13,10 @@
 //! of the stream's own, set from the key's `expiresAt`, so every replica ends its streams at that instant with
 //! no message between them), or when the client goes away (the connection drops the body, and with it the
 //! [`Registration`]). A modern stream the server ends gets the listen request's final result first.
+//!
+//! [`StreamState::cursor`]: crate::mcp::stream::hub::StreamState::cursor
+//! [`EventFrames::resync`]: crate::mcp::stream::sse::EventFrames::resync
+//! [`Registration`]: crate::mcp::stream::hub::Registration
 
 use std::collections::VecDeque;
 use std::convert::Infallible;

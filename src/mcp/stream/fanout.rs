@@ -5,6 +5,9 @@
 //! One pump task per agent with open streams here, spawned by the hub when the agent's first stream opens.
 //! It holds only a weak reference to the agent's entry and ends when the entry is gone (its last stream here
 //! closed, the agent was deleted, or the replica shut down): the entry owns the task's wake-up sender.
+//!
+//! [`AgentStreams`]: crate::mcp::stream::fanout::AgentStreams
+//! [`EventFrames`]: crate::mcp::stream::sse::EventFrames
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;

@@ -17,6 +17,9 @@
 //! **Slow consumers.** A stream whose queue is full when a change arrives has fallen behind: a legacy
 //! stream is closed (its client resumes with `Last-Event-ID` and is replayed from the event table), a
 //! modern one is marked lagged and catches up from the event table once it has drained its queue.
+//!
+//! [`BusHook`]: crate::events::BusHook
+//! [`EventFrames`]: crate::mcp::stream::sse::EventFrames
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};

@@ -23,6 +23,15 @@
 //! filter want ([`sse::Interest`]) and writes it. A stream that finds a gap, fell behind (`lagged`) or
 //! starts from `Last-Event-ID` reads the missing events from the event table itself, so nothing is sent twice
 //! or lost within the retention window; before it, the client gets a resync set instead.
+//!
+//! [`standalone`]: crate::mcp::stream::standalone
+//! [`listen`]: crate::mcp::stream::listen
+//! [`hub`]: crate::mcp::stream::hub
+//! [`fanout`]: crate::mcp::stream::fanout
+//! [`body`]: crate::mcp::stream::body
+//! [`sse`]: crate::mcp::stream::sse
+//! [`sse::EventFrames::build`]: crate::mcp::stream::sse::EventFrames::build
+//! [`sse::Interest`]: crate::mcp::stream::sse::Interest
 
 /// One open SSE stream: the response body of a `GET` or a listen.
 pub mod body;

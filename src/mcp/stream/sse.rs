@@ -12,6 +12,8 @@
 //! Legacy event ids are opaque to clients: `{epoch:x}.{seq}.{index}` for a notification and
 //! `{epoch:x}.{seq}` for "everything up to and including event `seq`". The epoch is the agent's, so an id
 //! from a deleted and re-created agent never replays anything. Modern streams carry no event ids.
+//!
+//! [`EventFrames::build`]: crate::mcp::stream::sse::EventFrames::build
 
 use std::collections::HashSet;
 

@@ -7,7 +7,7 @@
 //!
 //! The form carries the request's parameters and a token signed with a key every replica shares, over those
 //! parameters and the time it was issued: the POST is accepted only for a page this server rendered, within
-//! [`FORM_TTL`], with its parameters unchanged. The decision is the pasted key: it must be usable, carry
+//! `FORM_TTL`, with its parameters unchanged. The decision is the pasted key: it must be usable, carry
 //! `mcp` and belong to the agent of `resource`, as on the MCP endpoint; a refused key counts toward the
 //! client address's failed-authentication lockout.
 

@@ -1,6 +1,9 @@
 //! Clients: registered through Dynamic Client Registration (RFC 7591, `POST /oauth/register`, stored) or
 //! identified by the URL of their metadata document (fetched, [`super::metadata_document`]). Both are public
 //! clients (no secret; PKCE proves the code's owner), described by the same checked [`ClientInfo`].
+//!
+//! [`super::metadata_document`]: crate::oauth::server::metadata_document
+//! [`ClientInfo`]: crate::oauth::server::client::ClientInfo
 
 use std::net::IpAddr;
 

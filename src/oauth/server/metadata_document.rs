@@ -3,7 +3,7 @@
 //!
 //! Fetching is an outbound request a stranger can trigger, so it is guarded:
 //! - `https` only, a URL with a path, no credentials, no fragment;
-//! - the host's addresses are resolved by [`GuardedResolver`], the only resolver the HTTP client uses, and a
+//! - the host's addresses are resolved by `GuardedResolver`, the only resolver the HTTP client uses, and a
 //!   name with any loopback, private, link-local, unique-local, CGNAT, multicast, reserved or unspecified
 //!   address is refused (an address literal is checked the same way); so is a redirect (none is followed);
 //! - the time and the size of the answer are limited, and the document's `client_id` must be its URL;
@@ -42,7 +42,7 @@ pub struct DocumentFetcher {
     /// URL → when fetched and what was found. Bounded by `max_cached_metadata`: when full, expired entries
     /// go, and if none had, everything (a refetch is cheap; memory is not unbounded).
     cache: FastMap<String, (Instant, Result<ClientInfo, DocumentError>)>,
-    /// Fetches per client address ([`FETCHES_PER_MINUTE`]); idle entries are forgotten by the prune task.
+    /// Fetches per client address (`FETCHES_PER_MINUTE`); idle entries are forgotten by the prune task.
     pub fetches: governor::DefaultKeyedRateLimiter<IpAddr>,
 }
 

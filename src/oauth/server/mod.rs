@@ -5,7 +5,7 @@
 //! - [`metadata`]: Authorization Server Metadata (RFC 8414) at `/.well-known/oauth-authorization-server`.
 //! - [`client`]: Dynamic Client Registration (RFC 7591, `POST /oauth/register`); [`metadata_document`]:
 //!   clients identified by the URL of their metadata document, fetched behind SSRF guards.
-//! - [`authorize`]: `GET`/`POST /oauth/authorize`, the consent page ([`page`]) and its signed form.
+//! - [`authorize`]: `GET`/`POST /oauth/authorize`, the consent page (`page`) and its signed form.
 //! - [`token`]: `POST /oauth/token` (authorization code with PKCE S256, rotated refresh tokens) and
 //!   `POST /oauth/revoke` (RFC 7009).
 //!
@@ -13,6 +13,12 @@
 //! resolves ([`AccessTokens::resolve`]) to a grant naming the key it is bound to, which the MCP endpoint
 //! then looks up through the key cache ([`crate::http::auth::KeyCache::by_id`]), which the bus keeps true on
 //! every replica: revoking, expiring or deleting the key ends its tokens at once.
+//!
+//! [`client`]: crate::oauth::server::client
+//! [`metadata_document`]: crate::oauth::server::metadata_document
+//! [`authorize`]: crate::oauth::server::authorize
+//! [`token`]: crate::oauth::server::token
+//! [`KeyHasher`]: crate::domain::key::KeyHasher
 
 use std::net::IpAddr;
 use std::sync::Arc;
