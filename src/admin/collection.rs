@@ -4,6 +4,9 @@
 //! Each operation is written once over the [`Collection`] descriptor and the few admin facts of
 //! [`AdminCollection`] (the request body, where a request names an item, the `Location` of a created one).
 //! The handlers of each collection's module carry the operation's documentation and span and call these.
+//!
+//! [`Collection`]: crate::registry::collection::Collection
+//! [`AdminCollection`]: crate::admin::collection::AdminCollection
 
 use std::marker::PhantomData;
 

@@ -2,7 +2,7 @@
 //!
 //! serde's derived structs also accept a sequence (`[1, 2]` for `{"requestsPerSecond": 1, "burst": 2}`),
 //! and so does `serde_json`. On the admin API an array where an object belongs is a value of the wrong
-//! type (400), so request bodies are deserialised through [`Strict`], which offers structs only maps.
+//! type (400), so request bodies are deserialised through `Strict`, which offers structs only maps.
 //! Everything else behaves as `serde_json::from_value` does, with the same error messages, except that an
 //! integer field also takes a number with a zero fraction (`5.0`), which JSON Schema counts as an integer.
 
