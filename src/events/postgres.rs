@@ -169,7 +169,7 @@ impl Listener {
         // We reconnect ourselves, so that `Resync` is published only once the new connection LISTENs.
         listener.eager_reconnect(false);
         listener.listen(CHANNEL).await.map_err(store_error)?;
-        self.side.register_replica(&self.replica).await?;
+        PgStore::register_replica_on(&mut listener, &self.replica).await?;
         Ok(listener)
     }
 
@@ -203,7 +203,7 @@ impl Listener {
             match message {
                 BusMessage::Beat { replica } => {
                     if replica == self.replica {
-                        self.side.refresh_replica(&self.replica).await?;
+                        PgStore::refresh_replica_on(connection, &self.replica).await?;
                     }
                 }
                 BusMessage::Barrier { id } => {

@@ -399,11 +399,6 @@ pub trait ReplicaStore: Send + Sync {
     /// The replicas whose event listener has proven alive recently (PostgreSQL); empty with SQLite, whose
     /// single replica applies every change before the write returns.
     async fn live_replicas(&self) -> StoreResult<Vec<String>>;
-    /// Registers `replica` as live (its listener LISTENs now), and forgets replicas that stopped without
-    /// deregistering a day ago or more. A no-op with SQLite.
-    async fn register_replica(&self, replica: &str) -> StoreResult<()>;
-    /// Records that `replica`'s listener heard its own heartbeat now. A no-op with SQLite.
-    async fn refresh_replica(&self, replica: &str) -> StoreResult<()>;
     /// Removes `replica` from the live ones, so that no change waits for it any more. A no-op with SQLite.
     async fn deregister_replica(&self, replica: &str) -> StoreResult<()>;
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use sqlx::error::DatabaseError;
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions};
 use sqlx::{Connection, Postgres, Transaction};
 
 use super::sql::{classify, classify_migration, impl_store};
@@ -46,8 +46,9 @@ impl PgStore {
         Ok(Self { pool, options, quotas: Quotas::default() })
     }
 
-    /// A store of its own for the event listener's side statements (its replica's row): one connection at
-    /// most, opened when first needed, named `application_name` in `pg_stat_activity`.
+    /// A store of its own for the event listener's side statements (its heartbeat, its replica's
+    /// deregistration): one connection at most, opened when first needed, named `application_name` in
+    /// `pg_stat_activity`.
     pub(crate) fn side(options: PgConnectOptions, acquire_timeout: Duration) -> Self {
         let pool = PgPoolOptions::new()
             .max_connections(1)
@@ -100,27 +101,33 @@ impl PgStore {
         .map_err(Self::error)
     }
 
-    /// Registers `replica` as live, then forgets the rows of replicas that stopped without deregistering,
-    /// long dead.
-    async fn register(&self, replica: &str) -> StoreResult<()> {
+    /// Registers `replica` as live on its listener's own connection (so the row says that connection
+    /// LISTENs), then forgets the rows of replicas that stopped without deregistering, long dead.
+    pub(crate) async fn register_replica_on(listener: &mut PgListener, replica: &str) -> StoreResult<()> {
         sqlx::query::<Postgres>(
             "insert into replica (replica_id) values ($1) \
              on conflict (replica_id) do update set heartbeat_at = now()",
         )
         .bind(replica)
-        .execute(&self.pool)
+        .execute(&mut *listener)
         .await
         .map_err(Self::error)?;
         sqlx::query::<Postgres>("delete from replica where heartbeat_at < now() - interval '1 day'")
-            .execute(&self.pool)
+            .execute(&mut *listener)
             .await
             .map_err(Self::error)?;
         Ok(())
     }
 
-    /// The replica's listener heard its own heartbeat: it stays live for [`REPLICA_TTL_SECS`].
-    async fn refresh(&self, replica: &str) -> StoreResult<()> {
-        self.replica_statement("update replica set heartbeat_at = now() where replica_id = $1", replica).await
+    /// The replica's listener heard its own heartbeat: it stays live for [`REPLICA_TTL_SECS`]. Written on the
+    /// listener's connection, so that only a listener that can still use it keeps its replica live.
+    pub(crate) async fn refresh_replica_on(listener: &mut PgListener, replica: &str) -> StoreResult<()> {
+        sqlx::query::<Postgres>("update replica set heartbeat_at = now() where replica_id = $1")
+            .bind(replica)
+            .execute(&mut *listener)
+            .await
+            .map_err(Self::error)?;
+        Ok(())
     }
 
     async fn deregister(&self, replica: &str) -> StoreResult<()> {

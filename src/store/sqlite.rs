@@ -114,15 +114,7 @@ impl SqliteStore {
         Ok(Vec::new())
     }
 
-    /// Nothing waits for replicas: none to register, refresh or deregister.
-    async fn register(&self, _replica: &str) -> StoreResult<()> {
-        Ok(())
-    }
-
-    async fn refresh(&self, _replica: &str) -> StoreResult<()> {
-        Ok(())
-    }
-
+    /// Nothing waits for replicas: none to deregister.
     async fn deregister(&self, _replica: &str) -> StoreResult<()> {
         Ok(())
     }

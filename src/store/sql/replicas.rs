@@ -3,7 +3,10 @@
 //!
 //! Shared rate-limit buckets are one atomic upsert each, the same SQL on both backends. The `replica` table
 //! exists only where several replicas do (PostgreSQL): each backend supplies its statements as hooks
-//! (`replicas`, `register`, `refresh`, `deregister`; no-ops with SQLite's single replica).
+//! (`replicas`, `deregister`; no-ops with SQLite's single replica). A replica registers and refreshes its row
+//! on its listener's own connection ([`PgStore::register_replica_on`]).
+//!
+//! [`PgStore::register_replica_on`]: crate::store::postgres::PgStore::register_replica_on
 
 /// Expands the [`ReplicaStore`](crate::store::ReplicaStore) implementation for `$store`.
 macro_rules! impl_replica_store {
@@ -12,14 +15,6 @@ macro_rules! impl_replica_store {
         impl ReplicaStore for $store {
             async fn live_replicas(&self) -> StoreResult<Vec<String>> {
                 self.replicas().await
-            }
-
-            async fn register_replica(&self, replica: &str) -> StoreResult<()> {
-                self.register(replica).await
-            }
-
-            async fn refresh_replica(&self, replica: &str) -> StoreResult<()> {
-                self.refresh(replica).await
             }
 
             async fn deregister_replica(&self, replica: &str) -> StoreResult<()> {
