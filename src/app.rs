@@ -88,7 +88,7 @@ impl Application {
         bus.add_hook(keys.clone());
         let registry = RegistryCache::with_limits(
             store.clone(),
-            usize::try_from(config.cache.max_bytes).unwrap_or(usize::MAX),
+            usize::try_from(config.cache.budget()).unwrap_or(usize::MAX),
             usize::try_from(config.cache.max_content_bytes).unwrap_or(usize::MAX),
         );
         let registry = Arc::new(registry.counting_lookups_in(metrics.cache_lookups.clone()));

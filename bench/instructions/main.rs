@@ -3,7 +3,8 @@
 //! the instructions per request with `bench/instructions/baseline`.
 //!
 //! The real application ([`hivegate::app::Application::build`] on SQLite in a temporary directory) with
-//! authentication, rate limits and audit on; its router is driven in-process on a single-threaded runtime,
+//! authentication, rate limits and audit on, and logging installed as the server installs it, at the default
+//! level; its router is driven in-process on a single-threaded runtime,
 //! without a socket. After seeding through the admin API it runs nine sections: W1 (`resources/read` of a
 //! 1 KiB text resource), W2 (`resources/list`, a full page of 100) and W3 (`prompts/get` of a prompt with 2
 //! arguments), each as a plain legacy request, as a legacy request in an `Mcp-Session-Id` session and as a
@@ -136,6 +137,8 @@ async fn start(dir: &TempDir) -> anyhow::Result<(hivegate::app::Application, Ben
     config.listen = "127.0.0.1:0".parse()?;
     config.database_url = hivegate::config::DatabaseUrl::new(format!("sqlite://{}?mode=rwc", dir.file().display()));
     config.admin_token = Some(secrecy::SecretString::from(TOKEN));
+    // Logging as the server sets it up, at the default level (`info`): its spans are part of every request.
+    let _telemetry = hivegate::telemetry::init(&config.log, None)?;
     // Limits are applied to every request, high enough never to refuse one here.
     config.rate_limits.agent_requests_per_second = 1_000_000;
     config.rate_limits.agent_burst = 1_000_000;

@@ -57,10 +57,19 @@ section! {
     /// that requests do not go to the database. Its memory is bounded by `max_bytes`, whatever the registries'
     /// size; what does not fit is read from the database.
     pub struct CacheConfig {
-        /// Estimated bytes the cache may hold across all agents (0: nothing is cached). A value larger than an
-        /// eighth of this is never cached; when full, whole agents' registries are dropped until half is free.
-        pub max_bytes: u64 = crate::registry::cache::DEFAULT_MAX_BYTES as u64,
+        /// Estimated bytes the cache may hold across all agents (0: nothing is cached). Unset: an eighth of the
+        /// memory the process may use (its cgroup's limit, else the machine's memory), at least 64 MiB and at
+        /// most 1 GiB ([`CacheConfig::budget`]). A value larger than an eighth of this is never cached; when
+        /// full, whole agents' registries are dropped until half is free.
+        pub max_bytes: Option<u64> = None,
         /// Resource contents larger than this are always read from the database.
         pub max_content_bytes: u64 = crate::registry::cache::DEFAULT_MAX_CONTENT_BYTES as u64,
+    }
+}
+
+impl CacheConfig {
+    /// The cache's budget in bytes: `max_bytes`, or when it is unset the share of memory it defaults to.
+    pub fn budget(&self) -> u64 {
+        self.max_bytes.unwrap_or_else(crate::registry::cache::default_max_bytes)
     }
 }

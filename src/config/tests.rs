@@ -159,11 +159,16 @@ fn rate_limits_come_from_the_environment() {
 #[test]
 fn the_cache_budget_comes_from_the_environment() {
     in_jail(&[], |jail| {
-        assert_eq!(load()?.cache.max_bytes, 64 * 1024 * 1024);
+        let config = load()?;
+        assert_eq!(config.cache.max_bytes, None, "unset, the budget is a share of memory");
+        assert_eq!(config.cache.budget(), crate::registry::cache::default_max_bytes());
         jail.set_env("HIVEGATE_CACHE__MAX_BYTES", "536870912");
         jail.set_env("HIVEGATE_CACHE__MAX_CONTENT_BYTES", "0");
         let config = load()?;
-        assert_eq!((config.cache.max_bytes, config.cache.max_content_bytes), (536_870_912, 0));
+        assert_eq!((config.cache.max_bytes, config.cache.max_content_bytes), (Some(536_870_912), 0));
+        assert_eq!(config.cache.budget(), 536_870_912);
+        jail.set_env("HIVEGATE_CACHE__MAX_BYTES", "0");
+        assert_eq!(load()?.cache.budget(), 0, "0 still caches nothing");
         jail.set_env("HIVEGATE_CACHE__MAX_BYTES", "-1");
         load_refused("a negative budget is refused", "max_bytes", true);
         jail.set_env("HIVEGATE_CACHE__MAX_BYTES", "1099511627776000");

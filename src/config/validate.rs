@@ -18,6 +18,12 @@ impl ToU64 for u64 {
     }
 }
 
+impl ToU64 for Option<u64> {
+    fn to_u64(self) -> u64 {
+        self.unwrap_or(0)
+    }
+}
+
 impl ToU64 for u32 {
     fn to_u64(self) -> u64 {
         u64::from(self)

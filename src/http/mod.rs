@@ -152,7 +152,7 @@ fn request_span(request: &Request<axum::body::Body>) -> tracing::Span {
     let method = request.method().as_str();
     let span = tracing::info_span!(
         "request",
-        otel.name = %format_args!("{method} {route}"),
+        otel.name = tracing::field::Empty,
         otel.kind = "server",
         otel.status_code = tracing::field::Empty,
         method,
@@ -163,6 +163,10 @@ fn request_span(request: &Request<axum::body::Body>) -> tracing::Span {
         mcp.method = tracing::field::Empty,
         mcp.era = tracing::field::Empty,
     );
+    // The exported span's name; nothing else shows it, so it is not made otherwise.
+    if crate::telemetry::is_exporting() {
+        span.record("otel.name", format_args!("{method} {route}"));
+    }
     crate::telemetry::set_remote_parent(&span, crate::telemetry::TraceParent::from_headers(request.headers()).as_ref());
     span
 }

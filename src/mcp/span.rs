@@ -15,12 +15,20 @@ use super::jsonrpc::Call;
 use crate::telemetry::{self, TraceParent};
 
 /// The span of `call` in `era` (`legacy` or `modern`), and the trace context of its `_meta`, if any. Never
-/// carries what the call names (URIs, prompt names, arguments): only its bounded method label.
+/// carries what the call names (URIs, prompt names, arguments): only its bounded method label. It is made
+/// for trace export alone ([`telemetry::EXPORT_TARGET`]): log lines name the method and era through the
+/// request span ([`record_method`]), so without an export it is not made at all.
 pub(super) fn of_call(call: &Call, era: &'static str) -> (Span, Option<TraceParent>) {
     let parent = TraceParent::from_meta(call.params_object());
     let method = Method::label(&call.method);
-    let span =
-        tracing::info_span!("mcp", otel.name = method, otel.kind = "server", mcp.method.name = method, mcp.era = era);
+    let span = tracing::info_span!(
+        target: telemetry::EXPORT_TARGET,
+        "mcp",
+        otel.name = method,
+        otel.kind = "server",
+        mcp.method.name = method,
+        mcp.era = era
+    );
     telemetry::follow_message_parent(&span, parent.as_ref());
     (span, parent)
 }

@@ -29,14 +29,44 @@ use crate::events::{BusHook, BusMessage, CacheGate, Stale};
 use crate::metrics::{CacheResult, ResultLabels};
 use crate::store::{Store, StoreResult};
 
-/// Memory the cache may hold, in bytes (estimated), across all agents.
-pub const DEFAULT_MAX_BYTES: usize = 64 * 1024 * 1024;
+/// The least budget [`default_max_bytes`] gives: a small container's.
+pub const MIN_DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
+/// The most budget [`default_max_bytes`] gives, however large the machine.
+pub const MAX_DEFAULT_MAX_BYTES: u64 = 1024 * 1024 * 1024;
 /// Resource contents larger than this are always read from the database.
 pub const DEFAULT_MAX_CONTENT_BYTES: usize = 64 * 1024;
 /// Agent rows kept at most; beyond this the rows are dropped and reloaded on demand.
 const MAX_AGENT_ROWS: usize = 100_000;
 /// Estimated bookkeeping cost of one entry beyond its payload.
 const ENTRY_OVERHEAD: usize = 160;
+
+/// The budget when `cache.max_bytes` is unset: an eighth of the memory this process may use, which is its
+/// cgroup's memory limit when it runs under one (a container's `memory.max`, v2 or v1) and else the machine's
+/// memory, within [`MIN_DEFAULT_MAX_BYTES`] and [`MAX_DEFAULT_MAX_BYTES`]. Requests spread over many agents are
+/// served from memory while every agent's first list page and the contents read fit (bench/README.md has
+/// the sizing rule); the rest of the memory is left to connections, streams and the allocator.
+pub fn default_max_bytes() -> u64 {
+    let limit =
+        [memory_limit("/sys/fs/cgroup/memory.max"), memory_limit("/sys/fs/cgroup/memory/memory.limit_in_bytes")]
+            .into_iter()
+            .flatten()
+            .chain(machine_memory())
+            .min();
+    limit.map_or(MIN_DEFAULT_MAX_BYTES, |bytes| (bytes / 8).clamp(MIN_DEFAULT_MAX_BYTES, MAX_DEFAULT_MAX_BYTES))
+}
+
+/// A cgroup memory limit file's value in bytes; `None` when there is no such file or no limit ("max", or
+/// cgroup v1's huge "unlimited" number, which is above any machine's memory and loses to it).
+fn memory_limit(path: &str) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// The machine's memory (`MemTotal` of /proc/meminfo), in bytes.
+fn machine_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = meminfo.lines().find_map(|line| line.strip_prefix("MemTotal:"))?.trim().strip_suffix("kB")?.trim();
+    kib.parse::<u64>().ok()?.checked_mul(1024)
+}
 
 /// What a cached value is; the key of an agent's registry map.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

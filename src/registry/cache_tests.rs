@@ -54,7 +54,7 @@ async fn load(cache: &RegistryCache, id: &AgentId, key: Key, calls: &AtomicU32, 
 
 #[tokio::test]
 async fn a_cold_read_loads_once() {
-    let f = fixture(DEFAULT_MAX_BYTES).await;
+    let f = fixture(MIN_DEFAULT_MAX_BYTES as usize).await;
     let calls = AtomicU32::new(0);
     for _ in 0..3 {
         load(&f.cache, &agent("a"), Key::Templates, &calls, 10).await;
@@ -64,7 +64,7 @@ async fn a_cold_read_loads_once() {
 
 #[tokio::test]
 async fn a_change_drops_only_that_agents_entries() {
-    let f = fixture(DEFAULT_MAX_BYTES).await;
+    let f = fixture(MIN_DEFAULT_MAX_BYTES as usize).await;
     let (a, b) = (agent("a"), agent("b"));
     let (calls_a, calls_b) = (AtomicU32::new(0), AtomicU32::new(0));
     load(&f.cache, &a, Key::Templates, &calls_a, 10).await;
@@ -80,7 +80,7 @@ async fn a_change_drops_only_that_agents_entries() {
 
 #[tokio::test]
 async fn a_load_that_races_an_invalidation_is_not_kept() {
-    let f = fixture(DEFAULT_MAX_BYTES).await;
+    let f = fixture(MIN_DEFAULT_MAX_BYTES as usize).await;
     let a = agent("a");
     let calls = AtomicU32::new(0);
     let bus = f.bus.clone();
@@ -99,7 +99,7 @@ async fn a_load_that_races_an_invalidation_is_not_kept() {
 
 #[tokio::test]
 async fn agent_rows_are_cached_and_dropped() {
-    let f = fixture(DEFAULT_MAX_BYTES).await;
+    let f = fixture(MIN_DEFAULT_MAX_BYTES as usize).await;
     let actor = Actor { name: "operator".into(), request_id: None };
     let new = NewAgent {
         id: agent("bot"),
@@ -136,7 +136,7 @@ async fn memory_stays_bounded() {
 
 #[tokio::test]
 async fn a_published_change_releases_memory_at_once() {
-    let f = fixture(DEFAULT_MAX_BYTES).await;
+    let f = fixture(MIN_DEFAULT_MAX_BYTES as usize).await;
     let calls = AtomicU32::new(0);
     load(&f.cache, &agent("a"), Key::Templates, &calls, 100).await;
     assert!(f.cache.bytes() > 0);
@@ -146,7 +146,7 @@ async fn a_published_change_releases_memory_at_once() {
 
 #[tokio::test]
 async fn nothing_is_cached_while_the_bus_is_offline() {
-    let f = fixture(DEFAULT_MAX_BYTES).await;
+    let f = fixture(MIN_DEFAULT_MAX_BYTES as usize).await;
     let a = agent("a");
     let calls = AtomicU32::new(0);
     load(&f.cache, &a, Key::Templates, &calls, 10).await;
@@ -163,4 +163,21 @@ async fn nothing_is_cached_while_the_bus_is_offline() {
         load(&f.cache, &a, Key::Templates, &calls, 10).await;
     }
     assert_eq!(calls.load(Ordering::SeqCst), 5);
+}
+
+#[test]
+fn the_default_budget_is_a_bounded_share_of_memory() {
+    let budget = default_max_bytes();
+    assert!((MIN_DEFAULT_MAX_BYTES..=MAX_DEFAULT_MAX_BYTES).contains(&budget), "{budget}");
+    assert!(machine_memory().is_some_and(|bytes| bytes > 0), "/proc/meminfo has the machine's memory");
+    // A cgroup's limit: a number of bytes, or "max" for none.
+    let path = std::env::temp_dir().join(format!("hivegate-memory-max-{}", std::process::id()));
+    let file = |text: &str| {
+        std::fs::write(&path, text).expect("written");
+        path.to_string_lossy().into_owned()
+    };
+    assert_eq!(memory_limit(&file("536870912\n")), Some(536_870_912));
+    assert_eq!(memory_limit(&file("max\n")), None);
+    assert_eq!(memory_limit("/nonexistent/memory.max"), None);
+    let _ = std::fs::remove_file(&path);
 }

@@ -14,6 +14,7 @@
 use tracing::Span;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::{FilterExt as _, Targets, filter_fn};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
@@ -21,11 +22,14 @@ use crate::config::{LogConfig, LogFormat, TelemetryConfig};
 
 /// W3C Trace Context parsing.
 pub mod context;
+/// Span fields formatted only for the lines that show them.
+mod deferred;
 /// The OpenTelemetry pipeline.
 #[cfg(feature = "otel")]
 mod otel;
 
 pub use context::TraceParent;
+use deferred::Deferred;
 #[cfg(feature = "otel")]
 pub use otel::install_with_provider;
 
@@ -70,22 +74,62 @@ pub fn init(log: &LogConfig, telemetry: Option<&TelemetryConfig>) -> anyhow::Res
     }
 }
 
-/// The log layer, filtered by `RUST_LOG` or `log.level`, next to `extra` (the OpenTelemetry layer, which
+/// The log layer, filtered by `RUST_LOG` or `log.level` (spans of [`EXPORT_TARGET`] left out), next to `extra` (the OpenTelemetry layer, which
 /// filters for itself). Returns whether this call installed the global subscriber.
+///
+/// The log layer sees span fields only when it writes a line inside the span ([`Deferred`]). A filter of
+/// targets and levels alone (`info`, `hivegate=debug,sqlx=warn`: every filter but those that name spans or
+/// field values in `[...]`) is a [`Targets`] filter, which decides by a callsite's target and level and
+/// keeps nothing per span; `EnvFilter`, which the others need, keeps every span in a map behind a lock that
+/// each span's creation, entry, exit and close take.
 fn install<L>(log: &LogConfig, extra: Option<L>) -> bool
 where
     L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync,
 {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&log.level));
+    let spec = std::env::var("RUST_LOG").ok().filter(|spec| EnvFilter::try_new(spec).is_ok());
+    let spec = spec.as_deref().unwrap_or(&log.level);
     // Colours only for a person at a terminal: a redirected stderr (a file, a log collector) gets plain text.
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let fmt = match log.format {
-        LogFormat::Json => fmt.json().flatten_event(true).with_current_span(true).boxed(),
-        LogFormat::Pretty => fmt.compact().boxed(),
+        LogFormat::Json => Deferred::new(fmt.json().flatten_event(true).with_current_span(true)).boxed(),
+        LogFormat::Pretty => Deferred::new(fmt.compact()).boxed(),
     };
-    tracing_subscriber::registry().with(extra).with(fmt.with_filter(filter)).try_init().is_ok()
+    let for_logs = filter_fn(|metadata| metadata.target() != EXPORT_TARGET);
+    let fmt = match static_filter(spec) {
+        Some(targets) => fmt.with_filter(targets.and(for_logs)).boxed(),
+        None => fmt.with_filter(EnvFilter::new(spec).and(for_logs)).boxed(),
+    };
+    let exporting = extra.is_some();
+    let installed = tracing_subscriber::registry().with(extra).with(fmt).try_init().is_ok();
+    if installed && exporting {
+        EXPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    installed
+}
+
+/// The target of spans made for trace export alone, which log lines leave out: the `mcp` span of each
+/// message, whose method and era the request span carries too. Without an export nothing enables them, so
+/// they cost nothing.
+pub const EXPORT_TARGET: &str = "hivegate::export";
+
+/// Whether the installed subscriber exports spans (OpenTelemetry): only then are fields that serve the
+/// export alone, such as a span's `otel.name`, worth making.
+static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether spans are exported as OpenTelemetry traces.
+pub fn is_exporting() -> bool {
+    EXPORTING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// `spec` as a filter of targets and levels, unless it names spans or field values (`[...]`), which only
+/// `EnvFilter` can match.
+fn static_filter(spec: &str) -> Option<Targets> {
+    if spec.contains('[') {
+        return None;
+    }
+    spec.split(',').map(str::trim).filter(|directive| !directive.is_empty()).collect::<Vec<_>>().join(",").parse().ok()
 }
 
 /// Makes `span`, not yet entered, a child of the caller's span that `parent` names (the request's
@@ -110,4 +154,27 @@ pub fn follow_message_parent(span: &Span, parent: Option<&TraceParent>) {
     }
     #[cfg(not(feature = "otel"))]
     let _ = (span, parent);
+}
+
+#[cfg(test)]
+mod tests {
+    use tracing::Level;
+    use tracing::level_filters::LevelFilter;
+
+    use super::static_filter;
+
+    #[test]
+    fn targets_and_levels_make_a_static_filter_and_span_filters_do_not() {
+        let level = |spec: &str| static_filter(spec).map(|targets| targets.default_level());
+        assert_eq!(level("info"), Some(Some(LevelFilter::INFO)));
+        assert_eq!(level("warn,hivegate=debug"), Some(Some(LevelFilter::WARN)));
+        let targets = static_filter(" hivegate=debug , sqlx=warn ").expect("a static filter");
+        assert!(targets.would_enable("hivegate::http", &Level::DEBUG));
+        assert!(!targets.would_enable("sqlx::query", &Level::INFO));
+        assert!(!targets.would_enable("tower", &Level::ERROR), "a target no directive names is off, as in EnvFilter");
+        // Spans and field values need EnvFilter; so does anything Targets cannot read.
+        assert!(static_filter("hivegate[request]=debug").is_none());
+        assert!(static_filter("[{agent=bench}]=trace").is_none());
+        assert!(static_filter("hivegate=loud").is_none());
+    }
 }

@@ -75,7 +75,7 @@ async fn metrics_count_known_traffic(backend: Backend) {
 /// agents keeps `hivegate_cache_bytes` within it, and every answer is still right (read from the database).
 async fn the_cache_stays_within_its_budget(backend: Backend) {
     const BUDGET: u64 = 64 * 1024;
-    let app = spawn_app_with(backend, |config| config.cache.max_bytes = BUDGET).await;
+    let app = spawn_app_with(backend, |config| config.cache.max_bytes = Some(BUDGET)).await;
     let body = "x".repeat(1000);
     let mut held = Vec::new();
     for agent in 0..12 {
