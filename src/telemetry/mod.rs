@@ -74,8 +74,9 @@ pub fn init(log: &LogConfig, telemetry: Option<&TelemetryConfig>) -> anyhow::Res
     }
 }
 
-/// The log layer, filtered by `RUST_LOG` or `log.level` (spans of [`EXPORT_TARGET`] left out), next to `extra` (the OpenTelemetry layer, which
-/// filters for itself). Returns whether this call installed the global subscriber.
+/// The log layer, filtered by `RUST_LOG` or `log.level` (spans of [`EXPORT_TARGET`] left out), next to
+/// `extra` (the OpenTelemetry layer, which filters for itself). Returns whether this call installed the global
+/// subscriber.
 ///
 /// The log layer sees span fields only when it writes a line inside the span ([`Deferred`]). A filter of
 /// targets and levels alone (`info`, `hivegate=debug,sqlx=warn`: every filter but those that name spans or
