@@ -13,7 +13,12 @@
 //! written, so it would also be the idle timeout of every keep-alive connection, and it does not exist for
 //! HTTP/2. Instead `Activity` follows the connection: the service counts the requests in flight (until
 //! their answer's body is dropped), the I/O notes when bytes of a new head arrive, and the connection's task
-//! sleeps until the earliest deadline.
+//! checks the deadline these give. Nothing wakes the task when they change: a request would otherwise wake
+//! its connection's task twice (its head arriving, its answer ending), and each such wake of a task by
+//! itself makes the runtime rouse an idle worker thread. The task instead sleeps until the deadline it
+//! computed, or for the shorter of the two timeouts if that comes first ([`Activity::next_look`]): any
+//! change makes a deadline at least that far from the moment it happens, so the task always looks again
+//! before the new deadline and then sleeps until exactly it.
 //!
 //! **Unread bodies** (HTTP/1): an answer given before the request's body was read (an early 401, 403, 413,
 //! 429, ...) would otherwise leave hyper closing the connection after it without telling the client, which
@@ -41,7 +46,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::ServiceExt as _;
 
@@ -110,8 +115,6 @@ struct Activity {
     /// Once the connection served an HTTP/2 request: its reads are frames of any kind (pings, window
     /// updates), not request heads, so only idleness is watched.
     is_http2: AtomicBool,
-    /// Wakes the connection's task when a deadline moved.
-    changed: Notify,
     /// HTTP/1: the unread rest of the body of the request being answered, left by its handler.
     leftover: Mutex<Option<Incoming>>,
 }
@@ -124,7 +127,6 @@ impl Activity {
             idle_since: AtomicU64::new(0),
             head_since: AtomicU64::new(0),
             is_http2: AtomicBool::new(false),
-            changed: Notify::new(),
             leftover: Mutex::new(None),
         }
     }
@@ -150,7 +152,6 @@ impl Activity {
             && !self.is_http2.load(Ordering::Relaxed)
         {
             self.head_since.store(self.now(), Ordering::Release);
-            self.changed.notify_one();
         }
     }
 
@@ -166,6 +167,14 @@ impl Activity {
         }
     }
 
+    /// When the connection's task looks at the connection next: at the deadline it is under, or after the
+    /// shorter timeout from now if that comes first. A request that starts or ends later sets a deadline at
+    /// least the shorter timeout after it does, so the look always comes before that deadline.
+    fn next_look(&self, settings: &Settings) -> Instant {
+        let look = Instant::now() + settings.header_read_timeout.min(settings.idle_timeout);
+        self.deadline(settings).map_or(look, |(at, _)| at.min(look))
+    }
+
     fn take_leftover(&self) -> Option<Incoming> {
         self.leftover.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take()
     }
@@ -179,7 +188,6 @@ impl Drop for InFlight {
         let activity = &self.0;
         if activity.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
             activity.idle_since.store(activity.now(), Ordering::Release);
-            activity.changed.notify_one();
         }
     }
 }
@@ -199,11 +207,7 @@ where
     // After a graceful shutdown for idleness, the client gets this long to let the connection end.
     let mut closing_by: Option<Instant> = None;
     loop {
-        let deadline = match closing_by {
-            Some(at) => Some((at, None)),
-            None => activity.deadline(&settings).map(|(at, timeout)| (at, Some(timeout))),
-        };
-        let changed = activity.changed.notified();
+        let at = closing_by.unwrap_or_else(|| activity.next_look(&settings));
         tokio::select! {
             outcome = connection.as_mut() => {
                 if let Err(error) = outcome {
@@ -211,10 +215,10 @@ where
                 }
                 return;
             }
-            () = changed => {}
-            () = sleep_until(deadline.map(|(at, _)| at)) => {
-                let Some((_, Some(_))) = deadline else { return };
-                // Recomputed: a request may have started since the deadline was taken.
+            () = tokio::time::sleep_until(at) => {
+                if closing_by.is_some() {
+                    return;
+                }
                 let Some((at, timeout)) = activity.deadline(&settings) else { continue };
                 if at > Instant::now() {
                     continue;
@@ -235,13 +239,6 @@ where
                 connection.as_mut().graceful_shutdown();
             }
         }
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 
