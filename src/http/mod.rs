@@ -20,7 +20,6 @@ use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::trace::{
     DefaultOnFailure, DefaultOnRequest, DefaultOnResponse, OnFailure as _, OnRequest as _, OnResponse as _,
 };
-use tracing::Instrument as _;
 
 use crate::metrics::{HttpLabels, HttpRouteLabels, Refused};
 use crate::state::AppState;
@@ -172,14 +171,19 @@ fn request_span(request: &Request<axum::body::Body>) -> tracing::Span {
 }
 
 /// Records the answer's status on the request span (a 5xx marks it failed), then logs it as tower-http's
-/// trace layer does: the answer at DEBUG, and a 5xx as a failure at ERROR.
+/// trace layer does, in the span: the answer at DEBUG, and a 5xx as a failure at ERROR. The span is
+/// entered only for a line that is written.
 fn record_status<B>(response: &axum::http::Response<B>, latency: Duration, span: &tracing::Span) {
     let status = response.status();
     span.record("status", status.as_u16());
-    DefaultOnResponse::default().on_response(response, latency, span);
+    if tracing::enabled!(target: "tower_http::trace::on_response", tracing::Level::DEBUG) {
+        span.in_scope(|| DefaultOnResponse::default().on_response(response, latency, span));
+    }
     if status.is_server_error() {
         span.record("otel.status_code", "error");
-        DefaultOnFailure::default().on_failure(ServerErrorsFailureClass::StatusCode(status), latency, span);
+        span.in_scope(|| {
+            DefaultOnFailure::default().on_failure(ServerErrorsFailureClass::StatusCode(status), latency, span);
+        });
     }
 }
 
@@ -225,7 +229,10 @@ async fn frame(
         }
     };
     let span = request_span(&request);
-    span.in_scope(|| DefaultOnRequest::default().on_request(&request, &span));
+    // The line is DEBUG: at the default level neither it nor entering the span for it is needed.
+    if tracing::enabled!(target: "tower_http::trace::on_request", tracing::Level::DEBUG) {
+        span.in_scope(|| DefaultOnRequest::default().on_request(&request, &span));
+    }
     let is_mcp = request_limits::is_mcp(route.as_ref());
     let route = route.map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
     let method = crate::metrics::method_label(request.method());
@@ -233,11 +240,18 @@ async fn frame(
         Some(refusal) => refusal,
         None => {
             let limit = Duration::from_millis(state.config.http.request_timeout_ms);
-            request_limits::within(limit, is_mcp, next.run(request)).instrument(span.clone()).await
+            // Each poll in the span, which stays here: `Instrumented` would need a handle of its own on it
+            // (two lookups of the span) and enters it once more to drop the finished future.
+            let mut answer = std::pin::pin!(request_limits::within(limit, is_mcp, next.run(request)));
+            std::future::poll_fn(|context| {
+                let _entered = span.enter();
+                answer.as_mut().poll(context)
+            })
+            .await
         }
     };
     let latency = started.elapsed();
-    span.in_scope(|| record_status(&response, latency, &span));
+    record_status(&response, latency, &span);
     let metrics = &state.metrics;
     let labels = HttpRouteLabels { route, method };
     metrics.http_duration.with(&labels, |histogram| histogram.observe(latency.as_secs_f64()));

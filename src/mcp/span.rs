@@ -8,7 +8,9 @@
 //! a well-formed `traceparent` — `_meta` wins — or else is a child of the request span. The message's
 //! dispatch and store spans are children of its `mcp` span, and its audit record names the same trace.
 
-use tracing::Span;
+use tracing::field::{FieldSet, Value};
+use tracing::span::{Id, Record};
+use tracing::{Dispatch, Span};
 
 use super::dispatch::Method;
 use super::jsonrpc::Call;
@@ -35,12 +37,32 @@ pub(super) fn of_call(call: &Call, era: &'static str) -> (Span, Option<TracePare
 
 /// Names the agent on the current span (the request's), so that every later log line of the request does.
 pub(super) fn record_agent(agent: &str) {
-    Span::current().record("agent", agent);
+    on_current(|dispatch, id, fields| {
+        if let Some(field) = fields.field("agent") {
+            let values = [(&field, Some(&agent as &dyn Value))];
+            dispatch.record(id, &Record::new(&fields.value_set(&values)));
+        }
+    });
 }
 
 /// Names the MCP method (its bounded label, or `batch`) and the era on the current span (the request's).
 pub(super) fn record_method(method: &'static str, era: &'static str) {
-    let span = Span::current();
-    span.record("mcp.method", method);
-    span.record("mcp.era", era);
+    on_current(|dispatch, id, fields| {
+        if let (Some(method_field), Some(era_field)) = (fields.field("mcp.method"), fields.field("mcp.era")) {
+            let values = [(&method_field, Some(&method as &dyn Value)), (&era_field, Some(&era as &dyn Value))];
+            dispatch.record(id, &Record::new(&fields.value_set(&values)));
+        }
+    });
+}
+
+/// Runs `record` with the current span's id and fields, if there is a current span. Recording by id
+/// spares the two lookups of the span that taking a handle on it (`Span::current()`) and letting it go
+/// again cost.
+fn on_current(mut record: impl FnMut(&Dispatch, &Id, &FieldSet)) {
+    tracing::dispatcher::get_default(|dispatch| {
+        let current = dispatch.current_span();
+        if let (Some(id), Some(metadata)) = (current.id(), current.metadata()) {
+            record(dispatch, id, metadata.fields());
+        }
+    });
 }

@@ -14,7 +14,7 @@
 use tracing::Span;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::Layer as _;
-use tracing_subscriber::filter::{FilterExt as _, Targets, filter_fn};
+use tracing_subscriber::filter::{FilterExt as _, LevelFilter, Targets, filter_fn};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
@@ -83,31 +83,54 @@ pub fn init(log: &LogConfig, telemetry: Option<&TelemetryConfig>) -> anyhow::Res
 /// field values in `[...]`) is a [`Targets`] filter, which decides by a callsite's target and level and
 /// keeps nothing per span; `EnvFilter`, which the others need, keeps every span in a map behind a lock that
 /// each span's creation, entry, exit and close take.
+///
+/// Without `extra` the log filter is the subscriber's own: what it leaves out is never made, and a span
+/// costs no per-layer bookkeeping. A filter of the log layer alone (with `extra`, which wants other spans)
+/// looks the span up again on each of its creation, entries, exits, records and close, to tell whether it
+/// is the log layer's: about a tenth of the request path's own time at the default level (bench/README.md).
 fn install<L>(log: &LogConfig, extra: Option<L>) -> bool
 where
     L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync,
 {
     let spec = std::env::var("RUST_LOG").ok().filter(|spec| EnvFilter::try_new(spec).is_ok());
     let spec = spec.as_deref().unwrap_or(&log.level);
+    match (extra, static_filter(spec)) {
+        (Some(extra), targets) => {
+            let for_logs = filter_fn(|metadata| metadata.target() != EXPORT_TARGET);
+            let fmt = match targets {
+                Some(targets) => log_layer(log).with_filter(targets.and(for_logs)).boxed(),
+                None => log_layer(log).with_filter(EnvFilter::new(spec).and(for_logs)).boxed(),
+            };
+            let installed = tracing_subscriber::registry().with(extra).with(fmt).try_init().is_ok();
+            if installed {
+                EXPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            installed
+        }
+        (None, Some(targets)) => {
+            let targets = targets.with_target(EXPORT_TARGET, LevelFilter::OFF);
+            tracing_subscriber::registry().with(targets).with(log_layer(log)).try_init().is_ok()
+        }
+        (None, None) => {
+            let filter = EnvFilter::new(format!("{spec},{EXPORT_TARGET}=off"));
+            tracing_subscriber::registry().with(filter).with(log_layer(log)).try_init().is_ok()
+        }
+    }
+}
+
+/// The log layer in the configured format, to stderr, its span fields [`Deferred`].
+fn log_layer<S>(log: &LogConfig) -> Box<dyn tracing_subscriber::Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a> + Send + Sync,
+{
     // Colours only for a person at a terminal: a redirected stderr (a file, a log collector) gets plain text.
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let fmt = match log.format {
+    match log.format {
         LogFormat::Json => Deferred::new(fmt.json().flatten_event(true).with_current_span(true)).boxed(),
         LogFormat::Pretty => Deferred::new(fmt.compact()).boxed(),
-    };
-    let for_logs = filter_fn(|metadata| metadata.target() != EXPORT_TARGET);
-    let fmt = match static_filter(spec) {
-        Some(targets) => fmt.with_filter(targets.and(for_logs)).boxed(),
-        None => fmt.with_filter(EnvFilter::new(spec).and(for_logs)).boxed(),
-    };
-    let exporting = extra.is_some();
-    let installed = tracing_subscriber::registry().with(extra).with(fmt).try_init().is_ok();
-    if installed && exporting {
-        EXPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
     }
-    installed
 }
 
 /// The target of spans made for trace export alone, which log lines leave out: the `mcp` span of each
