@@ -3,12 +3,16 @@
 //! A request's `id` is kept as the exact JSON text the client sent (`1`, `1.0`, `"1"` stay what they were),
 //! so every answer carries it back unchanged; errors raised before an id could be read carry `null`.
 
+use std::sync::Arc;
+
+use axum::body::Bytes;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::error::McpError;
-use super::methods::Answer;
+use super::methods::resources::Page;
+use super::methods::{Answer, Items};
 
 /// A request id as the client wrote it: a JSON string or number.
 #[derive(Debug, Clone)]
@@ -202,8 +206,6 @@ struct ErrorObject<'a> {
 
 /// `{"jsonrpc":"2.0","id":…,"result":…}`, as serde_json writes it: the id and the result copied as they are.
 pub fn success(id: &RequestId, result: &Answer) -> Vec<u8> {
-    const OPEN: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
-    const RESULT: &[u8] = br#","result":"#;
     let id = id.as_raw().get().as_bytes();
     // Sized once: a list's page or a read's contents are copied into the answer and nowhere else.
     let mut body = Vec::with_capacity(OPEN.len() + id.len() + RESULT.len() + result.json_len() + 1);
@@ -213,6 +215,38 @@ pub fn success(id: &RequestId, result: &Answer) -> Vec<u8> {
     result.write(&mut body);
     body.push(b'}');
     body
+}
+
+/// [`success`] in three pieces when `result` holds a list's page: the page's items go out as the registry
+/// cache keeps them, shared rather than copied into the answer (a page is up to tens of KiB, the rest a few
+/// dozen bytes), and the connection writes the pieces to the socket together. `None` for any other result.
+pub fn success_in_pieces(id: &RequestId, result: &Answer) -> Option<[Bytes; 3]> {
+    let Answer::Around { outline, items: Items::Page(page) } = result else { return None };
+    let id = id.as_raw().get().as_bytes();
+    let head = outline.head().as_bytes();
+    let mut opening = Vec::with_capacity(OPEN.len() + id.len() + RESULT.len() + head.len());
+    opening.extend_from_slice(OPEN);
+    opening.extend_from_slice(id);
+    opening.extend_from_slice(RESULT);
+    opening.extend_from_slice(head);
+    let mut closing = Vec::with_capacity(outline.tail().len() + 1);
+    closing.extend_from_slice(outline.tail().as_bytes());
+    closing.push(b'}');
+    Some([Bytes::from(opening), Bytes::from_owner(PageItems(page.clone())), Bytes::from(closing)])
+}
+
+/// The start of every success answer, up to its id.
+const OPEN: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
+/// Between a success answer's id and its result.
+const RESULT: &[u8] = br#","result":"#;
+
+/// A cached page's items as the bytes of an answer piece, kept alive by the piece.
+struct PageItems(Arc<Page>);
+
+impl AsRef<[u8]> for PageItems {
+    fn as_ref(&self) -> &[u8] {
+        self.0.items.get().as_bytes()
+    }
 }
 
 /// `{"jsonrpc":"2.0","id":…|null,"error":{"code","message","data"?}}`.
@@ -249,6 +283,34 @@ mod tests {
             let answer = String::from_utf8(success(&request_id, &empty)).expect("utf8");
             assert_eq!(answer, format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#));
         }
+    }
+
+    #[test]
+    fn a_page_in_pieces_is_the_same_answer() {
+        let items =
+            RawValue::from_string(r#"[{"uri":"test://a","name":"a"},{"uri":"test://b","name":"b"}]"#.to_owned())
+                .expect("raw");
+        let page = Arc::new(Page { items, last: None });
+        let list = crate::mcp::types::ListResult {
+            key: "resources",
+            items: &page.items,
+            next_cursor: Some("next".to_owned()),
+            result_type: None,
+            cache: None,
+            meta: None,
+        };
+        let answer = Answer::Around { outline: list.outline().expect("outline"), items: Items::Page(page) };
+        let Ok(Message::Request(call)) = single(r#"{"jsonrpc":"2.0","id":"x-1","method":"resources/list"}"#) else {
+            panic!("request")
+        };
+        let id = call.id.expect("id");
+        let pieces = success_in_pieces(&id, &answer).expect("a page goes in pieces");
+        assert_eq!(pieces.concat(), success(&id, &answer));
+        let value: Value = serde_json::from_slice(&pieces.concat()).expect("json");
+        assert_eq!(value["result"]["resources"][1]["uri"], "test://b");
+        assert_eq!(value["result"]["nextCursor"], "next");
+        let whole = Answer::Whole(RawValue::from_string("{}".to_owned()).expect("raw"));
+        assert!(success_in_pieces(&id, &whole).is_none(), "only a page goes in pieces");
     }
 
     #[test]

@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use axum::body::Body as HttpBody;
+use axum::body::{Body as HttpBody, Bytes};
 use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequestParts as _, Path, Request, State};
 use axum::http::request::Parts;
@@ -371,7 +371,10 @@ async fn single(
                 Err(error) => error.into_http(Some(id)),
             }
         }
-        Ok(result) => reply(format, jsonrpc::success(id, &result)),
+        Ok(result) => match (format, jsonrpc::success_in_pieces(id, &result)) {
+            (ReplyFormat::Json, Some(pieces)) => json_reply(HttpBody::new(Pieces::new(pieces))),
+            _ => reply(format, jsonrpc::success(id, &result)),
+        },
         Err(error) if error.status() == StatusCode::OK => {
             failed(reply(format, jsonrpc::failure(Some(id), &error)), &error)
         }
@@ -449,10 +452,50 @@ pub(super) fn accepted() -> Response {
 /// A 200 answer in the negotiated format: a JSON body, or an event stream whose one event is the answer.
 pub(super) fn reply(format: ReplyFormat, json: Vec<u8>) -> Response {
     match format {
-        ReplyFormat::Json => {
-            (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], json)
-                .into_response()
-        }
+        ReplyFormat::Json => json_reply(json),
         ReplyFormat::EventStream => (StatusCode::OK, sse::headers(), sse::message(&json)).into_response(),
+    }
+}
+
+/// A 200 answer with a JSON body.
+fn json_reply(body: impl IntoResponse) -> Response {
+    (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
+}
+
+/// A body of a few pieces of known length (`Content-Length`), each handed to the connection as it is: hyper
+/// writes them to the socket in one vectored write, so none is copied into a buffer first.
+struct Pieces {
+    pieces: std::array::IntoIter<Bytes, 3>,
+    left: u64,
+}
+
+impl Pieces {
+    fn new(pieces: [Bytes; 3]) -> Self {
+        let left = pieces.iter().map(|piece| piece.len() as u64).sum();
+        Self { pieces: pieces.into_iter(), left }
+    }
+}
+
+impl http_body::Body for Pieces {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let piece = self.pieces.by_ref().find(|piece| !piece.is_empty());
+        if let Some(piece) = &piece {
+            self.left -= piece.len() as u64;
+        }
+        std::task::Poll::Ready(piece.map(|piece| Ok(http_body::Frame::data(piece))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == 0
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.left)
     }
 }
