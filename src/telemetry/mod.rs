@@ -108,14 +108,19 @@ where
             installed
         }
         (None, Some(targets)) => {
-            let targets = targets.with_target(EXPORT_TARGET, LevelFilter::OFF);
-            tracing_subscriber::registry().with(targets).with(log_layer(log)).try_init().is_ok()
+            tracing_subscriber::registry().with(without_export(targets)).with(log_layer(log)).try_init().is_ok()
         }
         (None, None) => {
             let filter = EnvFilter::new(format!("{spec},{EXPORT_TARGET}=off"));
             tracing_subscriber::registry().with(filter).with(log_layer(log)).try_init().is_ok()
         }
     }
+}
+
+/// `targets` with the spans made for trace export alone ([`EXPORT_TARGET`]) left out, whatever level the
+/// filter gives `hivegate` (the more specific target wins).
+fn without_export(targets: Targets) -> Targets {
+    targets.with_target(EXPORT_TARGET, LevelFilter::OFF)
 }
 
 /// The log layer in the configured format, to stderr, its span fields [`Deferred`].
@@ -185,7 +190,17 @@ mod tests {
     use tracing::Level;
     use tracing::level_filters::LevelFilter;
 
-    use super::static_filter;
+    use super::{EXPORT_TARGET, static_filter, without_export};
+
+    #[test]
+    fn export_spans_stay_out_of_the_logs_at_any_level() {
+        for spec in ["info", "trace", "hivegate=trace", "warn,hivegate::mcp=debug"] {
+            let targets = without_export(static_filter(spec).expect("a static filter"));
+            assert!(!targets.would_enable(EXPORT_TARGET, &Level::ERROR), "{spec}");
+        }
+        let targets = without_export(static_filter("hivegate=debug").expect("a static filter"));
+        assert!(targets.would_enable("hivegate::http", &Level::DEBUG), "other targets keep their level");
+    }
 
     #[test]
     fn targets_and_levels_make_a_static_filter_and_span_filters_do_not() {
