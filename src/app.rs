@@ -264,14 +264,17 @@ impl Application {
         let stopped = |mut stopping: tokio::sync::watch::Receiver<bool>| async move {
             let _ = stopping.wait_for(|stopping| *stopping).await;
         };
-        let listener = |name: &'static str, tcp: TcpListener, tls: Option<TlsHandshake>, router: axum::Router| {
+        let listener = |name: &'static str,
+                        tcp: TcpListener,
+                        tls: Option<TlsHandshake>,
+                        routes: crate::http::Routes| {
             let http = &config.http;
             let trusted = config.rate_limits.trusted_proxies.clone();
             let metrics = self.state.metrics.clone();
             let admission =
                 Admission::new(name, http.max_connections, http.max_connections_per_address, trusted, metrics.clone());
             let settings = Settings::new(
-                router,
+                routes,
                 Duration::from_millis(http.header_read_timeout_ms),
                 Duration::from_millis(http.idle_timeout_ms),
                 metrics,

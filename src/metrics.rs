@@ -67,14 +67,14 @@ macro_rules! label_values {
 label_sets! {
     pub struct HttpLabels {
         /// The matched route template, e.g. `/{agent_id}/mcp`; `unmatched` for 404s of unknown paths.
-        pub route: String,
+        pub route: std::borrow::Cow<'static, str>,
         /// The request method ([`method_label`]).
         pub method: &'static str,
         pub status: u16,
     }
 
     pub struct HttpRouteLabels {
-        pub route: String,
+        pub route: std::borrow::Cow<'static, str>,
         pub method: &'static str,
     }
 

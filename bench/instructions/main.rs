@@ -4,7 +4,7 @@
 //!
 //! The real application ([`hivegate::app::Application::build`] on SQLite in a temporary directory) with
 //! authentication, rate limits and audit on, and logging installed as the server installs it, at the default
-//! level; its router is driven in-process on a single-threaded runtime,
+//! level; its routes are driven in-process on a single-threaded runtime,
 //! without a socket. After seeding through the admin API it runs nine sections: W1 (`resources/read` of a
 //! 1 KiB text resource), W2 (`resources/list`, a full page of 100) and W3 (`prompts/get` of a prompt with 2
 //! arguments), each as a plain legacy request, as a legacy request in an `Mcp-Session-Id` session and as a
@@ -26,13 +26,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Method, Request, StatusCode};
 use hivegate::audit::AuditStats;
 use serde_json::{Value, json};
-use tower::ServiceExt;
 
 const TOKEN: &str = "bench-operator-token-0123456789";
 const AGENT: &str = "bench";
@@ -72,7 +70,7 @@ struct Section {
 }
 
 struct Bench {
-    router: Router,
+    routes: hivegate::http::Routes,
     audit: Arc<AuditStats>,
     key: String,
 }
@@ -155,7 +153,7 @@ async fn start(dir: &TempDir) -> anyhow::Result<(hivegate::app::Application, Ben
     let app = hivegate::app::Application::build(config).await?;
     let state = app.state();
     let mut bench =
-        Bench { router: hivegate::http::router(state.clone()), audit: state.audit.stats().clone(), key: String::new() };
+        Bench { routes: hivegate::http::router(state.clone()), audit: state.audit.stats().clone(), key: String::new() };
     bench.seed().await?;
     Ok((app, bench))
 }
@@ -167,7 +165,7 @@ impl Bench {
     ) -> anyhow::Result<(StatusCode, axum::http::HeaderMap, axum::body::Bytes)> {
         let mut request = request;
         request.extensions_mut().insert(ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40000))));
-        let response = self.router.clone().oneshot(request).await?;
+        let response = self.routes.serve(request).await;
         let (parts, body) = response.into_parts();
         let body = axum::body::to_bytes(body, usize::MAX).await?;
         Ok((parts.status, parts.headers, body))

@@ -1,4 +1,4 @@
-//! One connection, served by hyper (HTTP/1.1 or HTTP/2, whichever the client speaks) with the router, and
+//! One connection, served by hyper (HTTP/1.1 or HTTP/2, whichever the client speaks) with the listener's routes, and
 //! watched for what hyper does not bound by itself:
 //!
 //! - **the request head** (`http.header_read_timeout_ms`): a connection's first request must arrive within
@@ -37,7 +37,6 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderValue, Request, Response, Version, header};
@@ -48,8 +47,8 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tower::ServiceExt as _;
 
+use crate::http::Routes;
 use crate::metrics::{ConnectionTimeoutLabels, Metrics, UnreadBody, UnreadBodyLabels};
 
 /// The most of an unread request body that is read and discarded to keep its connection usable.
@@ -57,7 +56,7 @@ pub const DRAIN_LIMIT: u64 = 64 * 1024;
 
 /// What every connection of a listener shares.
 pub struct Settings {
-    pub router: Router,
+    pub routes: Routes,
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
     pub metrics: Arc<Metrics>,
@@ -68,7 +67,7 @@ pub struct Settings {
 
 impl Settings {
     pub fn new(
-        router: Router,
+        routes: Routes,
         header_read_timeout: Duration,
         idle_timeout: Duration,
         metrics: Arc<Metrics>,
@@ -77,7 +76,7 @@ impl Settings {
         let mut builder = auto::Builder::new(TokioExecutor::new());
         // Timed here (see the module doc), not by hyper: without a timer hyper's own default would not run.
         builder.http1().header_read_timeout(None);
-        Self { router, header_read_timeout, idle_timeout, metrics, listener, builder }
+        Self { routes, header_read_timeout, idle_timeout, metrics, listener, builder }
     }
 }
 
@@ -286,7 +285,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     }
 }
 
-/// The router as hyper calls it for one connection: each request carries the peer address as
+/// The routes as hyper calls them for one connection: each request carries the peer address as
 /// `ConnectInfo<SocketAddr>` and is in flight until its answer's body is dropped.
 #[derive(Clone)]
 struct Service {
@@ -315,13 +314,9 @@ impl hyper::service::Service<Request<Incoming>> for Service {
         } else {
             request.map(Body::new)
         };
-        let answer = self.settings.router.clone().oneshot(request);
         let (settings, activity) = (self.settings.clone(), self.activity.clone());
         Box::pin(async move {
-            let mut response = match answer.await {
-                Ok(response) => response,
-                Err(never) => match never {},
-            };
+            let mut response = settings.routes.serve(request).await;
             if is_http1 && let Some(body) = activity.take_leftover() {
                 settle_unread_body(body, expects_continue, &settings, &mut response).await;
             }

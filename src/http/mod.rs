@@ -6,6 +6,7 @@
 //! [`connection`]: crate::http::connection
 //! [`admission`]: crate::http::admission
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use axum::Router;
@@ -45,9 +46,9 @@ pub mod serve;
 /// The request id header: taken from the client when present, else generated; echoed on the response.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The router of the public listener (`listen`): health, the MCP endpoint, the admin API unless
+/// The routes of the public listener (`listen`): health, the MCP endpoint, the admin API unless
 /// `http.public_admin` is false, and `/metrics` unless the operator listener serves it.
-pub fn router(state: AppState) -> Router {
+pub fn router(state: AppState) -> Routes {
     let http = &state.config.http;
     let separate_operator = http.operator_listen.is_some();
     let mut routes =
@@ -63,7 +64,80 @@ pub fn router(state: AppState) -> Router {
     if !separate_operator {
         routes = routes.route("/metrics", get(crate::metrics::handler));
     }
-    with_layers(routes, state)
+    Routes { router: with_layers(routes, state.clone()), mcp: Some(state) }
+}
+
+/// A listener's routes: the MCP endpoint's requests served straight away, everything else by the router.
+///
+/// `/{agent_id}/mcp` is the path nearly every request takes. Through the router it would be matched among all
+/// the others, its agent segment copied into the request's extensions with the matched route, and the
+/// handler reached through the request layer's service (cloned and boxed for each request) and the
+/// handler's own boxed service. [`Routes::serve`] instead recognises the path, runs the same request layer
+/// ([`framed`]) around [`crate::mcp::transport::endpoint`], and finishes the answer as the router does. A
+/// path whose agent segment holds a percent-escape goes to the router, whose `Path` extractor decodes it;
+/// the router keeps the route for that reason, and the two answer alike.
+#[derive(Clone)]
+pub struct Routes {
+    router: Router,
+    /// The state of the MCP endpoint, on the listener that serves it.
+    mcp: Option<AppState>,
+}
+
+impl Routes {
+    /// Answers one request.
+    pub async fn serve(&self, request: Request<axum::body::Body>) -> Response {
+        if let Some(state) = &self.mcp
+            && let Some(agent) = mcp_agent(request.uri().path())
+        {
+            let agent = crate::domain::AgentId::parse(agent).ok();
+            let is_head = request.method() == axum::http::Method::HEAD;
+            let route = Some(request_limits::MCP_ROUTE);
+            // The endpoint's future is large: boxed, it is written once where it runs instead of being moved
+            // along with each future around it.
+            let endpoint = |request| Box::pin(crate::mcp::transport::endpoint(state.clone(), agent, request));
+            let response = framed(state, route, request, endpoint).await;
+            return finish_as_routed(response, is_head);
+        }
+        match tower::ServiceExt::oneshot(self.router.clone(), request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
+    }
+}
+
+/// The agent segment of a path `/{agent_id}/mcp` that the router would hand over as it is: one segment,
+/// not empty, without a percent-escape.
+fn mcp_agent(path: &str) -> Option<&str> {
+    let agent = path.strip_prefix('/')?.strip_suffix("/mcp")?;
+    (!agent.is_empty() && !agent.contains(['/', '%'])).then_some(agent)
+}
+
+/// What the router does to the answer of a route it matched (axum's `RouteFuture`): a `Content-Length` for a
+/// body of known size, and no body in the answer to `HEAD`.
+fn finish_as_routed(mut response: Response, is_head: bool) -> Response {
+    if !response.headers().contains_key(header::CONTENT_LENGTH)
+        && let Some(size) = response.body().size_hint().exact()
+    {
+        let mut digits = itoa::Buffer::new();
+        if let Ok(value) = HeaderValue::from_str(digits.format(size)) {
+            response.headers_mut().insert(header::CONTENT_LENGTH, value);
+        }
+    }
+    if is_head {
+        *response.body_mut() = axum::body::Body::empty();
+    }
+    response
+}
+
+/// `/{agent_id}/mcp` through the router: only the paths [`Routes::serve`] leaves to it, whose agent segment the
+/// `Path` extractor decodes.
+async fn mcp_route(
+    State(state): State<AppState>,
+    path: Result<axum::extract::Path<String>, axum::extract::rejection::PathRejection>,
+    request: Request<axum::body::Body>,
+) -> Response {
+    let agent = path.ok().and_then(|axum::extract::Path(id)| crate::domain::AgentId::parse(&id).ok());
+    crate::mcp::transport::endpoint(state, agent, request).await
 }
 
 /// The routes browser clients reach, with CORS ([`cors`]): the MCP endpoint and the OAuth endpoints (the
@@ -81,16 +155,17 @@ fn with_cors(state: &AppState) -> Router<AppState> {
     let oauth = oauth.route_layer(axum::middleware::from_fn_with_state(state.clone(), cors::layer));
     Router::new()
         .route(
-            "/{agent_id}/mcp",
+            request_limits::MCP_ROUTE,
             // One handler for every method, which runs CORS, the guard and the audit around the method's own:
-            // as layers, each would clone and box the services inside it on every request.
-            any(crate::mcp::transport::endpoint),
+            // as layers, each would clone and box the services inside it on every request. Most requests do
+            // not come this way ([`Routes`]).
+            any(mcp_route),
         )
         .merge(oauth)
 }
 
-/// The router of the operator listener (`http.operator_listen`): `/metrics`, health and the admin API.
-pub fn operator_router(state: AppState) -> Router {
+/// The routes of the operator listener (`http.operator_listen`): `/metrics`, health and the admin API.
+pub fn operator_router(state: AppState) -> Routes {
     let routes = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -98,7 +173,7 @@ pub fn operator_router(state: AppState) -> Router {
         .nest("/admin/v1", admin(&state, crate::guard::operator_admin_gate))
         .route("/", get(|| async { page::landing(true) }))
         .merge(crate::console::router(&state, false));
-    with_layers(with_reference(routes), state)
+    Routes { router: with_layers(with_reference(routes), state), mcp: None }
 }
 
 /// `routes` with the API reference, which goes wherever the admin API goes.
@@ -145,9 +220,9 @@ fn with_layers(routes: Router<AppState>, state: AppState) -> Router {
 /// The span of one request: its route template (never the raw path, which can hold names), method, request
 /// id and status; the MCP endpoint adds the agent, the MCP method and the era once it knows them
 /// ([`crate::mcp::transport`]). It joins the trace of the request's `traceparent` header, if any.
-fn request_span(request: &Request<axum::body::Body>) -> tracing::Span {
+fn request_span(request: &Request<axum::body::Body>, route: Option<&str>) -> tracing::Span {
     let request_id = request.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str);
+    let route = route.unwrap_or(UNMATCHED);
     let method = request.method().as_str();
     let span = tracing::info_span!(
         "request",
@@ -210,9 +285,26 @@ const SECRET_HEADERS: [HeaderName; 2] = [header::AUTHORIZATION, HeaderName::from
 async fn frame(
     State(state): State<AppState>,
     route: Option<MatchedPath>,
-    mut request: Request<axum::body::Body>,
+    request: Request<axum::body::Body>,
     next: Next,
 ) -> Response {
+    framed(&state, route.as_ref().map(MatchedPath::as_str), request, |request| next.run(request)).await
+}
+
+/// The route label of a request no route matched.
+const UNMATCHED: &str = "unmatched";
+
+/// [`frame`] around `run`, for a request matched to `route` (a route template).
+async fn framed<F, Fut>(
+    state: &AppState,
+    route: Option<&str>,
+    mut request: Request<axum::body::Body>,
+    run: F,
+) -> Response
+where
+    F: FnOnce(Request<axum::body::Body>) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let started = std::time::Instant::now();
     let headers = request.headers_mut();
     for name in &SECRET_HEADERS {
@@ -228,13 +320,18 @@ async fn frame(
             id
         }
     };
-    let span = request_span(&request);
+    let span = request_span(&request, route);
     // The line is DEBUG: at the default level neither it nor entering the span for it is needed.
     if tracing::enabled!(target: "tower_http::trace::on_request", tracing::Level::DEBUG) {
         span.in_scope(|| DefaultOnRequest::default().on_request(&request, &span));
     }
-    let is_mcp = request_limits::is_mcp(route.as_ref());
-    let route = route.map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
+    let is_mcp = request_limits::is_mcp(route);
+    // The MCP route's label is the constant itself: no copy of it for each request.
+    let route = match route {
+        Some(request_limits::MCP_ROUTE) => Cow::Borrowed(request_limits::MCP_ROUTE),
+        Some(route) => Cow::Owned(route.to_owned()),
+        None => Cow::Borrowed(UNMATCHED),
+    };
     let method = crate::metrics::method_label(request.method());
     let mut response = match request_limits::refuse_head(&state.config.limits, is_mcp, &request) {
         Some(refusal) => refusal,
@@ -242,7 +339,7 @@ async fn frame(
             let limit = Duration::from_millis(state.config.http.request_timeout_ms);
             // Each poll in the span, which stays here: `Instrumented` would need a handle of its own on it
             // (two lookups of the span) and enters it once more to drop the finished future.
-            let mut answer = std::pin::pin!(request_limits::within(limit, is_mcp, next.run(request)));
+            let mut answer = std::pin::pin!(request_limits::within(limit, is_mcp, run(request)));
             std::future::poll_fn(|context| {
                 let _entered = span.enter();
                 answer.as_mut().poll(context)

@@ -23,7 +23,7 @@ use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-use axum::extract::{MatchedPath, Request};
+use axum::extract::Request;
 use axum::http::HeaderMap;
 use axum::http::Uri;
 use axum::response::{IntoResponse, Response};
@@ -36,11 +36,11 @@ use crate::mcp::origin::{single_host, single_origin};
 use crate::metrics::ConfiguredLimit;
 
 /// The route whose errors are JSON-RPC errors.
-const MCP_ROUTE: &str = "/{agent_id}/mcp";
+pub const MCP_ROUTE: &str = "/{agent_id}/mcp";
 
 /// Whether the request was routed to the MCP endpoint (its errors are JSON-RPC errors).
-pub fn is_mcp(route: Option<&MatchedPath>) -> bool {
-    route.is_some_and(|route| route.as_str() == MCP_ROUTE)
+pub fn is_mcp(route: Option<&str>) -> bool {
+    route == Some(MCP_ROUTE)
 }
 
 /// Refuses a request target longer than `limits.max_uri_bytes` (414) and header fields larger than
@@ -130,6 +130,7 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
 #[cfg(test)]
 mod tests {
     use axum::Router;
+    use axum::extract::MatchedPath;
     use axum::http::{HeaderValue, StatusCode};
     use axum::middleware::Next;
     use axum::routing::get;
@@ -165,7 +166,7 @@ mod tests {
     {
         Router::new().route(MCP_ROUTE, get(handler.clone())).route("/admin/v1/agents", get(handler)).layer(
             axum::middleware::from_fn(|route: Option<MatchedPath>, request: Request, next: Next| {
-                within(Duration::from_millis(100), is_mcp(route.as_ref()), next.run(request))
+                within(Duration::from_millis(100), is_mcp(route.as_ref().map(MatchedPath::as_str)), next.run(request))
             }),
         )
     }

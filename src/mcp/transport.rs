@@ -20,8 +20,7 @@
 use std::sync::Arc;
 
 use axum::body::{Body as HttpBody, Bytes};
-use axum::extract::rejection::PathRejection;
-use axum::extract::{FromRequestParts as _, Path, Request, State};
+use axum::extract::Request;
 use axum::http::request::Parts;
 use axum::http::{self, HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -97,14 +96,14 @@ impl From<McpError> for Refusal {
 /// ([`crate::audit::request::record`]) around the gate (`admit`) and the method's handler: `post`,
 /// `super::stream::standalone::get` (`HEAD` too) and `super::stream::standalone::delete`; any other
 /// method is 405.
-pub async fn endpoint(State(state): State<AppState>, request: Request) -> Response {
+pub async fn endpoint(state: AppState, path_agent: Option<AgentId>, request: Request) -> Response {
     let cors = crate::http::cors::Cors::of(&state, &request);
     if let Some(preflight) = cors.preflight() {
         return preflight;
     }
     let response = crate::guard::mcp_gate(&state, request, |request| {
         crate::audit::request::record(&state, request, |request| async {
-            let (mut parts, body) = request.into_parts();
+            let (parts, body) = request.into_parts();
             // What a refusal at the gate is audited as (a POST's method is only known from its body).
             let audited_as = match parts.method {
                 http::Method::POST => UNREAD,
@@ -112,8 +111,7 @@ pub async fn endpoint(State(state): State<AppState>, request: Request) -> Respon
                 http::Method::DELETE => "DELETE",
                 _ => return method_not_allowed().await,
             };
-            let path = Path::<String>::from_request_parts(&mut parts, &state).await;
-            let admitted = match admit(&state, path, &parts, audited_as).await {
+            let admitted = match admit(&state, path_agent, &parts, audited_as).await {
                 Ok(admitted) => admitted,
                 Err(refusal) => return refusal.into_http(),
             };
@@ -184,17 +182,17 @@ const UNREAD: &str = "-";
 
 /// The checks before the body is read; a refusal after the key and the agent are known is audited as a
 /// request to `method` ([`Refusal`]).
+///
+/// `path_agent` is the path's agent as far as its syntax goes (whether it exists is checked after the
+/// credential): an access token must be for it, and its metadata document is named in the challenge.
 pub(super) async fn admit(
     state: &AppState,
-    path: Result<Path<String>, PathRejection>,
+    path_agent: Option<AgentId>,
     parts: &Parts,
     method: &str,
 ) -> Result<Admitted, Refusal> {
     let headers = &parts.headers;
     origin::check(headers, &parts.uri, &state.config.mcp)?;
-    // The path's agent as far as its syntax goes (whether it exists is checked after the credential): an
-    // access token must be for it, and its metadata document is named in the challenge.
-    let path_agent = path.ok().and_then(|Path(id)| AgentId::parse(&id).ok());
     let oauth = path_agent.as_ref().filter(|agent| state.oauth.is_on_for(agent.as_str()));
     // The OAuth challenge for a refusal with this error code (none while OAuth is off for the agent).
     let challenge = |error: Option<&'static str>, description: Option<String>| {

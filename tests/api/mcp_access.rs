@@ -4,7 +4,7 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{Api, Backend, spawn_app, spawn_app_with};
+use crate::helpers::{Api, Backend, DEADLINE, spawn_app, spawn_app_with};
 use crate::mcp_client::{Answer, Mcp, after_write, agent_with_key, seed_fixtures};
 use crate::raw::{Reader, connect};
 
@@ -14,7 +14,8 @@ both!(
     keys_and_scopes,
     revoked_key_is_refused_next,
     tenant_isolation,
-    body_and_envelope_errors
+    body_and_envelope_errors,
+    escaped_and_plain_paths_answer_alike
 );
 
 const BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"resources/list"}"#;
@@ -247,5 +248,59 @@ async fn body_and_envelope_errors(backend: Backend) {
         let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
         let text = mcp.post().body(body).send().await.unwrap().text().await.unwrap();
         assert_eq!(text, format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#));
+    }
+}
+
+/// The MCP endpoint's requests are served without the router unless the agent segment holds a
+/// percent-escape, which the router decodes: both ways answer alike, with the router's finish (a
+/// `Content-Length`, no body for `HEAD`), and paths near the endpoint's are still the router's 404s.
+async fn escaped_and_plain_paths_answer_alike(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = agent_with_key(&app, "bot").await;
+    app.put_text("bot", "test://a", "a").await;
+    let read = r#"{"jsonrpc":"2.0","id":7,"method":"resources/read","params":{"uri":"test://a"}}"#;
+    let mut answers = Vec::new();
+    for path in ["/bot/mcp", "/b%6Ft/mcp", "/%62%6f%74/mcp"] {
+        let response = app.with_key(Method::POST, path, &key).body(read).send().await.unwrap();
+        let length = response.headers().get("content-length").map(|v| v.to_str().unwrap().to_owned());
+        let answer = Answer::of(response).await;
+        assert_eq!(answer.result()["contents"][0]["text"], "a", "{path}");
+        assert_eq!(length, Some(answer.body.to_string().len().to_string()), "{path}: Content-Length of the body");
+        answers.push((answer.status, answer.body));
+    }
+    assert!(answers.windows(2).all(|pair| pair[0] == pair[1]), "{answers:?}");
+
+    // Refusals too: an unknown agent (after the key) and a missing key.
+    for path in ["/nobody/mcp", "/n%6Fbody/mcp"] {
+        let answer = Answer::of(app.with_key(Method::POST, path, &key).body(read).send().await.unwrap()).await;
+        answer.error(StatusCode::NOT_FOUND, -31404);
+        let answer = Answer::of(app.anon(Method::POST, path).body(read).send().await.unwrap()).await;
+        answer.error(StatusCode::UNAUTHORIZED, -31401);
+    }
+
+    // HEAD is answered as GET is, without a body, both ways.
+    let mut heads = Vec::new();
+    for path in ["/bot/mcp", "/b%6Ft/mcp"] {
+        let mut stream = connect(&app).await;
+        let head =
+            format!("HEAD {path} HTTP/1.1\r\nHost: localhost\r\nX-Agent-API-Key: {key}\r\nConnection: close\r\n\r\n");
+        tokio::io::AsyncWriteExt::write_all(&mut stream, head.as_bytes()).await.unwrap();
+        // A GET without a session is refused with a body; to HEAD the same answer comes without one. The
+        // server closes the connection after it, so everything it sent is read.
+        let mut bytes = Vec::new();
+        let read = tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut bytes);
+        tokio::time::timeout(DEADLINE, read).await.expect("the answer within the deadline").unwrap();
+        let text = String::from_utf8(bytes).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").expect("an answer head");
+        assert_eq!(body, "", "{path}: no body to HEAD");
+        heads.push(head.lines().next().unwrap().to_owned());
+    }
+    assert_eq!(heads[0], heads[1]);
+
+    // Not the endpoint's path: the router's 404.
+    for path in ["/bot/mcp/", "/bot/x/mcp", "/bot/mcpx", "/mcp"] {
+        let response = app.with_key(Method::POST, path, &key).body(read).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(response.headers()["content-type"], "application/problem+json", "{path}");
     }
 }
