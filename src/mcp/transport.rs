@@ -116,11 +116,12 @@ pub async fn endpoint(state: AppState, path_agent: Option<AgentId>, request: Req
                 Err(refusal) => return refusal.into_http(),
             };
             let headers = &parts.headers;
+            // The rarer methods' futures are boxed, so that they do not make every request's larger.
             match parts.method {
                 http::Method::POST => post(&state, admitted, headers, body).await,
-                http::Method::DELETE => super::stream::standalone::delete(&state, &admitted, headers).await,
+                http::Method::DELETE => Box::pin(super::stream::standalone::delete(&state, &admitted, headers)).await,
                 // `GET` or `HEAD`.
-                _ => super::stream::standalone::get(&state, &admitted, headers).await,
+                _ => Box::pin(super::stream::standalone::get(&state, &admitted, headers)).await,
             }
         })
     })
@@ -169,7 +170,8 @@ pub(super) async fn post(state: &AppState, admitted: Admitted, headers: &HeaderM
             let methods: Vec<&str> =
                 messages.iter().filter_map(|m| m.as_ref().ok()).filter_map(Message::method).collect();
             let trail = Trail::new(&admitted, headers, "batch", &methods.join(","));
-            let (response, items) = super::batch::answer(state, admitted, headers, messages).await;
+            // Boxed: batches are rare (2025-03-26 only), and their future would make every request's larger.
+            let (response, items) = Box::pin(super::batch::answer(state, admitted, headers, messages)).await;
             trail.with_items(items).attach(response)
         }
         Err(error) => unparsed(&admitted).attach(error.into_http(None)),
@@ -351,7 +353,7 @@ async fn single(
     };
     let method = Method::lookup(&call.method, era, false);
     if method == Some(Method::Listen) {
-        return listen(state, &admitted, headers, id, call.params).await;
+        return Box::pin(listen(state, &admitted, headers, id, call.params)).await;
     }
     let format = match reply_format(headers) {
         Ok(format) => format,
@@ -361,7 +363,7 @@ async fn single(
         Ok(result) if method == Some(Method::Initialize) => {
             let mut response = reply(format, jsonrpc::success(id, &result));
             let Some(result) = result.whole() else { return McpError::Internal.into_http(Some(id)) };
-            match issue_session(state, &admitted, result).await {
+            match Box::pin(issue_session(state, &admitted, result)).await {
                 Ok(session_id) => {
                     response.headers_mut().insert(HeaderName::from_static(header_name::SESSION_ID), session_id);
                     response
