@@ -452,15 +452,24 @@ pub(super) fn accepted() -> Response {
 /// A 200 answer in the negotiated format: a JSON body, or an event stream whose one event is the answer.
 pub(super) fn reply(format: ReplyFormat, json: Vec<u8>) -> Response {
     match format {
-        ReplyFormat::Json => json_reply(json),
+        ReplyFormat::Json => json_reply(HttpBody::from(json)),
         ReplyFormat::EventStream => (StatusCode::OK, sse::headers(), sse::message(&json)).into_response(),
     }
 }
 
-/// A 200 answer with a JSON body.
-fn json_reply(body: impl IntoResponse) -> Response {
-    (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
+/// A 200 answer with a JSON body. Its header map is made with room for the fields the answer gets on its way
+/// out (the rate limits and their scope, `Vary`, the request id, the length, CORS), so that it is not grown
+/// and rehashed on the way.
+fn json_reply(body: HttpBody) -> Response {
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.reserve(ANSWER_FIELDS);
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
 }
+
+/// Room for the header fields of an MCP answer.
+const ANSWER_FIELDS: usize = 12;
 
 /// A body of a few pieces of known length (`Content-Length`), each handed to the connection as it is: hyper
 /// writes them to the socket in one vectored write, so none is copied into a buffer first.
