@@ -14,6 +14,7 @@
 
 use std::fmt::{self, Write as _};
 
+use smallvec::SmallVec;
 use tracing::field::{Field, FieldSet, Value, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::subscriber::Interest;
@@ -32,12 +33,19 @@ impl<L> Deferred<L> {
     }
 }
 
-/// A span's values not yet handed to the inner layer, in the order they came.
+/// A span's values not yet handed to the inner layer, in the order they came. Held inline (a request span's
+/// values fit), so that keeping them costs the span no allocation beyond the box its extensions put it in.
 struct Pending {
     /// The text of every string value, one after the other.
-    text: String,
-    values: Vec<(Field, Raw)>,
+    text: SmallVec<[u8; PENDING_TEXT]>,
+    /// Each value with the index of its field in the span's field set.
+    values: SmallVec<[(usize, Raw); PENDING_VALUES]>,
 }
+
+/// The text a span's values keep inline: a request's id, route and agent.
+const PENDING_TEXT: usize = 160;
+/// The values a span keeps inline: every field of the request span.
+const PENDING_VALUES: usize = 12;
 
 /// One kept value; text values are ranges of [`Pending::text`].
 enum Raw {
@@ -54,51 +62,66 @@ enum Raw {
 
 impl Pending {
     fn of(attributes: &Attributes<'_>) -> Self {
-        let mut pending = Self {
-            // Enough for a request's id, route and agent without growing.
-            text: String::with_capacity(128),
-            values: Vec::with_capacity(attributes.metadata().fields().len()),
-        };
+        let mut pending = Self { text: SmallVec::new(), values: SmallVec::new() };
         attributes.record(&mut pending);
         pending
+    }
+
+    fn push(&mut self, field: &Field, raw: Raw) {
+        self.values.push((field.index(), raw));
+    }
+
+    /// The text kept from `start` to `end`.
+    fn text(&self, start: usize, end: usize) -> &str {
+        self.text.get(start..end).and_then(|bytes| std::str::from_utf8(bytes).ok()).unwrap_or_default()
+    }
+}
+
+/// `Debug`/`Display` output written into a span's kept text.
+struct TextSink<'a>(&'a mut SmallVec<[u8; PENDING_TEXT]>);
+
+impl fmt::Write for TextSink<'_> {
+    fn write_str(&mut self, text: &str) -> fmt::Result {
+        self.0.extend_from_slice(text.as_bytes());
+        Ok(())
     }
 }
 
 impl Visit for Pending {
     fn record_str(&mut self, field: &Field, value: &str) {
         let start = self.text.len();
-        self.text.push_str(value);
-        self.values.push((field.clone(), Raw::Str(start, self.text.len())));
+        self.text.extend_from_slice(value.as_bytes());
+        self.push(field, Raw::Str(start, self.text.len()));
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         let start = self.text.len();
-        let _ = write!(self.text, "{value:?}");
-        self.values.push((field.clone(), Raw::Shown(start, self.text.len())));
+        let _ = write!(TextSink(&mut self.text), "{value:?}");
+        self.push(field, Raw::Shown(start, self.text.len()));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.values.push((field.clone(), Raw::I64(value)));
+        self.push(field, Raw::I64(value));
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.values.push((field.clone(), Raw::U64(value)));
+        self.push(field, Raw::U64(value));
     }
 
     fn record_i128(&mut self, field: &Field, value: i128) {
-        self.values.push((field.clone(), Raw::I128(value)));
+        self.push(field, Raw::I128(value));
     }
 
     fn record_u128(&mut self, field: &Field, value: u128) {
-        self.values.push((field.clone(), Raw::U128(value)));
+        self.push(field, Raw::U128(value));
     }
 
     fn record_f64(&mut self, field: &Field, value: f64) {
-        self.values.push((field.clone(), Raw::F64(value)));
+        self.push(field, Raw::F64(value));
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.values.push((field.clone(), Raw::Bool(value)));
+        self.push(field, Raw::Bool(value));
     }
 }
 
@@ -117,8 +140,10 @@ impl<L> Deferred<L> {
             let none: [(&Field, Option<&dyn Value>); 0] = [];
             self.inner.on_record(id, &Record::new(&fields.value_set(&none)), ctx.clone());
         }
-        for (field, raw) in &pending.values {
-            let text = |start: usize, end: usize| pending.text.get(start..end).unwrap_or_default();
+        for (index, raw) in &pending.values {
+            let Some(field) = fields.iter().nth(*index) else { continue };
+            let field = &field;
+            let text = |start: usize, end: usize| pending.text(start, end);
             match *raw {
                 Raw::Str(start, end) => self.record_one(id, fields, field, &text(start, end), ctx),
                 Raw::Shown(start, end) => {
@@ -296,6 +321,13 @@ mod tests {
         empty.in_scope(|| tracing::info!("and after its value"));
         let silent = tracing::info_span!("silent", value = "never formatted");
         silent.in_scope(|| tracing::debug!("below the level"));
+        // More values and more text than a span keeps inline.
+        let long = "é".repeat(200);
+        let wide = tracing::info_span!(
+            "wide", a = 1u64, b = 2u64, c = 3u64, d = 4u64, e = 5u64, f = 6u64, g = 7u64, h = 8u64, i = 9u64,
+            j = 10u64, k = 11u64, l = 12u64, m = long.as_str(), n = ?long.len()
+        );
+        wide.in_scope(|| tracing::info!("in a wide span"));
     }
 
     fn written<L>(layer: L, lines: &Lines) -> String
@@ -319,7 +351,7 @@ mod tests {
         let (eager, deferred) = (Lines::default(), Lines::default());
         let expected = written(plain(&eager).compact(), &eager);
         let actual = written(Deferred::new(plain(&deferred).compact()), &deferred);
-        assert_eq!(actual.lines().count(), 5, "{actual}");
+        assert_eq!(actual.lines().count(), 6, "{actual}");
         assert!(actual.contains(r#"agent="bench \"quoted\"""#) && actual.contains("status=200"), "{actual}");
         assert_eq!(actual, expected);
 
@@ -327,7 +359,7 @@ mod tests {
         let (eager, deferred) = (Lines::default(), Lines::default());
         let expected = written(json(&eager), &eager);
         let actual = written(Deferred::new(json(&deferred)), &deferred);
-        assert_eq!(actual.lines().count(), 5, "{actual}");
+        assert_eq!(actual.lines().count(), 6, "{actual}");
         assert!(actual.contains(r#""request_id":"0b5c1f4e""#) && actual.contains(r#""status":200"#), "{actual}");
         assert_eq!(actual, expected);
     }
