@@ -112,9 +112,14 @@ fn mcp_agent(path: &str) -> Option<&str> {
     (!agent.is_empty() && !agent.contains(['/', '%'])).then_some(agent)
 }
 
-/// What the router does to the answer of a route it matched (axum's `RouteFuture`): a `Content-Length` for a
-/// body of known size, and no body in the answer to `HEAD`.
+/// What the router does to the answer of a route it matched (axum's `RouteFuture`) where it shows: the answer
+/// to `HEAD` has no body, and keeps the `Content-Length` of the body it would have had. (For every other
+/// answer hyper writes the `Content-Length` of a body of known size itself, as the router would have set it,
+/// without a header value made for it.)
 fn finish_as_routed(mut response: Response, is_head: bool) -> Response {
+    if !is_head {
+        return response;
+    }
     if !response.headers().contains_key(header::CONTENT_LENGTH)
         && let Some(size) = response.body().size_hint().exact()
     {
@@ -123,9 +128,7 @@ fn finish_as_routed(mut response: Response, is_head: bool) -> Response {
             response.headers_mut().insert(header::CONTENT_LENGTH, value);
         }
     }
-    if is_head {
-        *response.body_mut() = axum::body::Body::empty();
-    }
+    *response.body_mut() = axum::body::Body::empty();
     response
 }
 
