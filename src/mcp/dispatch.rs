@@ -155,8 +155,10 @@ impl Context<'_> {
     }
 }
 
-/// Answers a request: the serialised result, or the error to answer with.
-#[tracing::instrument(skip_all, fields(method = %call.method, agent = %ctx.agent.id))]
+/// Answers a request: the serialised result, or the error to answer with. Its span is made for trace export
+/// alone, as the message's `mcp` span is ([`crate::telemetry::EXPORT_TARGET`]): log lines name the agent and
+/// the method through the request span, so without an export it costs nothing.
+#[tracing::instrument(target = "hivegate::export", skip_all, fields(method = %call.method, agent = %ctx.agent.id))]
 pub async fn call(ctx: &Context<'_>, call: &Call) -> Result<Answer, McpError> {
     let not_found = || McpError::MethodNotFound { method: call.method.clone(), is_modern: ctx.is_modern() };
     let method = Method::lookup(&call.method, ctx.era, false).ok_or_else(not_found)?;
@@ -198,7 +200,8 @@ pub async fn call(ctx: &Context<'_>, call: &Call) -> Result<Answer, McpError> {
 }
 
 /// Takes a notification: accepted (202) whether or not it is known, since a notification is never answered.
-#[tracing::instrument(skip_all, fields(method = %call.method, agent = %ctx.agent.id))]
+/// Its span is made for trace export alone, as [`call`]'s is.
+#[tracing::instrument(target = "hivegate::export", skip_all, fields(method = %call.method, agent = %ctx.agent.id))]
 pub fn notify(ctx: &Context<'_>, call: &Call) {
     match Method::lookup(&call.method, ctx.era, true) {
         // A modern client cancelling its listen: close that stream if it is open here. (On HTTP, closing
