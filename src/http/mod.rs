@@ -1,6 +1,7 @@
 //! The HTTP surface: the listeners and their connections ([`serve`], [`connection`], [`admission`]), the
-//! public listener's router, the operator listener's (when `http.operator_listen` is set), their common layer
-//! stack, and the health endpoints.
+//! public listener's routes (the MCP endpoint's served directly, [`Routes`]), the operator listener's (when
+//! `http.operator_listen` is set), the request layer every answer goes through ([`frame`]), and the health
+//! endpoints.
 //!
 //! [`serve`]: crate::http::serve
 //! [`connection`]: crate::http::connection
@@ -87,14 +88,16 @@ impl Routes {
     /// Answers one request.
     pub async fn serve(&self, request: Request<axum::body::Body>) -> Response {
         if let Some(state) = &self.mcp
-            && let Some(agent) = mcp_agent(request.uri().path())
+            && mcp_agent(request.uri().path()).is_some()
         {
-            let agent = crate::domain::AgentId::parse(agent).ok();
             let is_head = request.method() == axum::http::Method::HEAD;
             let route = Some(request_limits::MCP_ROUTE);
-            // The endpoint's future is large: boxed, it is written once where it runs instead of being moved
-            // along with each future around it.
-            let endpoint = |request| Box::pin(crate::mcp::transport::endpoint(state.clone(), agent, request));
+            // The agent is read once the request layer has checked the target. The endpoint's future is large:
+            // boxed, it is written once where it runs instead of being moved along with each future around it.
+            let endpoint = |request: Request<axum::body::Body>| {
+                let agent = mcp_agent(request.uri().path()).and_then(|id| crate::domain::AgentId::parse(id).ok());
+                Box::pin(crate::mcp::transport::endpoint(state.clone(), agent, request))
+            };
             let response = framed(state, route, request, endpoint).await;
             return finish_as_routed(response, is_head);
         }
@@ -112,23 +115,24 @@ fn mcp_agent(path: &str) -> Option<&str> {
     (!agent.is_empty() && !agent.contains(['/', '%'])).then_some(agent)
 }
 
-/// What the router does to the answer of a route it matched (axum's `RouteFuture`) where it shows: the answer
-/// to `HEAD` has no body, and keeps the `Content-Length` of the body it would have had. (For every other
-/// answer hyper writes the `Content-Length` of a body of known size itself, as the router would have set it,
-/// without a header value made for it.)
+/// What the router does to the answer of a route it matched (axum's `RouteFuture`) where hyper would not do
+/// the same: an empty body's `Content-Length: 0` (hyper leaves it out of an HTTP/2 answer whose body has
+/// ended), and the answer to `HEAD` without its body but with the `Content-Length` it would have had. Any
+/// other body's length hyper writes itself, with no header value made for it.
 fn finish_as_routed(mut response: Response, is_head: bool) -> Response {
-    if !is_head {
-        return response;
-    }
-    if !response.headers().contains_key(header::CONTENT_LENGTH)
-        && let Some(size) = response.body().size_hint().exact()
+    let size = response.body().size_hint().exact();
+    if (is_head || size == Some(0))
+        && !response.headers().contains_key(header::CONTENT_LENGTH)
+        && let Some(size) = size
     {
         let mut digits = itoa::Buffer::new();
         if let Ok(value) = HeaderValue::from_str(digits.format(size)) {
             response.headers_mut().insert(header::CONTENT_LENGTH, value);
         }
     }
-    *response.body_mut() = axum::body::Body::empty();
+    if is_head {
+        *response.body_mut() = axum::body::Body::empty();
+    }
     response
 }
 
@@ -204,7 +208,8 @@ where
         .layer(axum::middleware::from_fn_with_state(state.clone(), gate))
 }
 
-/// `routes` with the 404 for unknown paths and the layer stack every answer goes through.
+/// `routes` with the 404 for unknown paths and the layer stack every answer of the router goes through (the
+/// MCP endpoint's answers go through [`frame`]'s work too, [`Routes`]).
 fn with_layers(routes: Router<AppState>, state: AppState) -> Router {
     let max_body = state.config.limits.max_body_bytes;
     routes
@@ -269,10 +274,11 @@ fn record_status<B>(response: &axum::http::Response<B>, latency: Duration, span:
 /// no debug output or log line shows them.
 const SECRET_HEADERS: [HeaderName; 2] = [header::AUTHORIZATION, HeaderName::from_static(auth::KEY_HEADER)];
 
-/// The one layer every request passes. It also does the work of tower-http's sensitive-header, request-id,
-/// request-id propagation and trace layers, whose services, futures and body wrapper cost the request path
-/// more than that work does (bench/README.md); the response bodies of our streams cannot fail, so no body
-/// failure goes unlogged without the trace layer's wrapper:
+/// The one layer every request passes (the MCP endpoint's through [`framed`] directly, [`Routes`]). It also
+/// does the work of tower-http's sensitive-header, request-id, request-id propagation and trace layers, whose
+/// services, futures and body wrapper cost the request path more than that work does (bench/README.md); the
+/// response bodies of our streams cannot fail, so no body failure goes unlogged without the trace layer's
+/// wrapper:
 /// - the secrets among the header fields are marked sensitive ([`SECRET_HEADERS`]);
 /// - the request gets an id: the client's `x-request-id`, else a new UUID, which the answer carries back;
 /// - the request runs in its trace span ([`request_span`]), which records the answer's status and logs it

@@ -458,8 +458,8 @@ pub(super) fn reply(format: ReplyFormat, json: Vec<u8>) -> Response {
 }
 
 /// A 200 answer with a JSON body. Its header map is made with room for the fields the answer gets on its way
-/// out (the rate limits and their scope, `Vary`, the request id, the length, CORS), so that it is not grown
-/// and rehashed on the way.
+/// out (the rate limits and their scope, `Vary`, the request id, CORS), so that it is not grown and rehashed
+/// on the way.
 fn json_reply(body: HttpBody) -> Response {
     let mut response = Response::new(body);
     let headers = response.headers_mut();

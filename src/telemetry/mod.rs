@@ -139,8 +139,8 @@ where
 }
 
 /// The target of spans made for trace export alone, which log lines leave out: the `mcp` span of each
-/// message, whose method and era the request span carries too. Without an export nothing enables them, so
-/// they cost nothing.
+/// message and its dispatch span (`call`, `notify`), whose agent, method and era the request span carries
+/// too. Without an export nothing enables them, so they cost nothing.
 pub const EXPORT_TARGET: &str = "hivegate::export";
 
 /// Whether the installed subscriber exports spans (OpenTelemetry): only then are fields that serve the
