@@ -228,7 +228,7 @@ impl Application {
         self.operator.as_ref().map(|(_, address)| *address)
     }
 
-    /// The shared state, to drive [`crate::http::router`] in-process without a socket (the instruction-count
+    /// The shared state, to drive [`crate::http::routes`] in-process without a socket (the instruction-count
     /// benchmark, bench/instructions).
     pub fn state(&self) -> &AppState {
         &self.state
@@ -283,7 +283,7 @@ impl Application {
             Listener { tcp, tls, admission, settings: Arc::new(settings) }
         };
         let public =
-            listener(ListenerName::Public.as_str(), self.listener, self.tls, crate::http::router(self.state.clone()));
+            listener(ListenerName::Public.as_str(), self.listener, self.tls, crate::http::routes(self.state.clone()));
         let public = crate::http::serve::serve(public, stopped(stopping.clone()));
         let operator = async {
             if let Some((tcp, address)) = self.operator {
@@ -292,7 +292,7 @@ impl Application {
                     ListenerName::Operator.as_str(),
                     tcp,
                     None,
-                    crate::http::operator_router(self.state.clone()),
+                    crate::http::operator_routes(self.state.clone()),
                 );
                 crate::http::serve::serve(operator, stopped(stopping.clone())).await;
             }

@@ -153,7 +153,7 @@ async fn start(dir: &TempDir) -> anyhow::Result<(hivegate::app::Application, Ben
     let app = hivegate::app::Application::build(config).await?;
     let state = app.state();
     let mut bench =
-        Bench { routes: hivegate::http::router(state.clone()), audit: state.audit.stats().clone(), key: String::new() };
+        Bench { routes: hivegate::http::routes(state.clone()), audit: state.audit.stats().clone(), key: String::new() };
     bench.seed().await?;
     Ok((app, bench))
 }

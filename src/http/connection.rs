@@ -16,7 +16,7 @@
 //! checks the deadline these give. Nothing wakes the task when they change: a request would otherwise wake
 //! its connection's task twice (its head arriving, its answer ending), and each such wake of a task by
 //! itself makes the runtime rouse an idle worker thread. The task instead sleeps until the deadline it
-//! computed, or for the shorter of the two timeouts if that comes first ([`Activity::next_look`]): any
+//! computed, or for the shorter of the two timeouts if that comes first (`Activity::next_look`): any
 //! change makes a deadline at least that far from the moment it happens, so the task always looks again
 //! before the new deadline and then sleeps until exactly it.
 //!

@@ -1,8 +1,9 @@
 //! The HTTP surface: the listeners and their connections ([`serve`], [`connection`], [`admission`]), the
 //! public listener's routes (the MCP endpoint's served directly, [`Routes`]), the operator listener's (when
-//! `http.operator_listen` is set), the request layer every answer goes through ([`frame`]), and the health
+//! `http.operator_listen` is set), the request layer every answer goes through (`frame`), and the health
 //! endpoints.
 //!
+//! [`Routes`]: crate::http::Routes
 //! [`serve`]: crate::http::serve
 //! [`connection`]: crate::http::connection
 //! [`admission`]: crate::http::admission
@@ -49,7 +50,7 @@ pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The routes of the public listener (`listen`): health, the MCP endpoint, the admin API unless
 /// `http.public_admin` is false, and `/metrics` unless the operator listener serves it.
-pub fn router(state: AppState) -> Routes {
+pub fn routes(state: AppState) -> Routes {
     let http = &state.config.http;
     let separate_operator = http.operator_listen.is_some();
     let mut routes =
@@ -74,7 +75,7 @@ pub fn router(state: AppState) -> Routes {
 /// the others, its agent segment copied into the request's extensions with the matched route, and the
 /// handler reached through the request layer's service (cloned and boxed for each request) and the
 /// handler's own boxed service. [`Routes::serve`] instead recognises the path, runs the same request layer
-/// ([`framed`]) around [`crate::mcp::transport::endpoint`], and finishes the answer as the router does. A
+/// (`framed`) around [`crate::mcp::transport::endpoint`], and finishes the answer as the router does. A
 /// path whose agent segment holds a percent-escape goes to the router, whose `Path` extractor decodes it;
 /// the router keeps the route for that reason, and the two answer alike.
 #[derive(Clone)]
@@ -172,7 +173,7 @@ fn with_cors(state: &AppState) -> Router<AppState> {
 }
 
 /// The routes of the operator listener (`http.operator_listen`): `/metrics`, health and the admin API.
-pub fn operator_router(state: AppState) -> Routes {
+pub fn operator_routes(state: AppState) -> Routes {
     let routes = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
