@@ -270,6 +270,23 @@ async fn escaped_and_plain_paths_answer_alike(backend: Backend) {
     }
     assert!(answers.windows(2).all(|pair| pair[0] == pair[1]), "{answers:?}");
 
+    // Over HTTP/2 too, where hyper leaves an ended body's length out: a notification's empty 202 says
+    // `Content-Length: 0` as the router's answer did, and a result its length, both ways.
+    let h2 = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    let notification = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    for path in ["/bot/mcp", "/b%6Ft/mcp"] {
+        let post = |body: &'static str| {
+            h2.post(format!("{}{path}", app.address)).header("x-agent-api-key", &key).body(body).send()
+        };
+        let response = post(notification).await.unwrap();
+        assert_eq!((response.status(), response.version()), (StatusCode::ACCEPTED, reqwest::Version::HTTP_2));
+        assert_eq!(response.headers().get("content-length").map(|v| v.to_str().unwrap()), Some("0"), "{path}");
+        let response = post(read).await.unwrap();
+        let length = response.headers().get("content-length").map(|v| v.to_str().unwrap().to_owned());
+        let body = response.bytes().await.unwrap();
+        assert_eq!(length, Some(body.len().to_string()), "{path}: Content-Length over HTTP/2");
+    }
+
     // Refusals too: an unknown agent (after the key) and a missing key.
     for path in ["/nobody/mcp", "/n%6Fbody/mcp"] {
         let answer = Answer::of(app.with_key(Method::POST, path, &key).body(read).send().await.unwrap()).await;
