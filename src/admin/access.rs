@@ -31,7 +31,7 @@ pub enum Caller {
 impl Caller {
     #[tracing::instrument(name = "admin.authenticate", skip_all, fields(caller))]
     async fn authenticate(parts: &Parts, state: &AppState) -> Result<Self, ApiError> {
-        let caller = if let Some(value) = parts.headers.get(KEY_HEADER) {
+        let caller = if let Some(value) = parts.headers.get(&KEY_HEADER) {
             let presented = value.to_str().ok().map(str::trim);
             match state.keys.authenticate(presented).await {
                 Ok(record) => Caller::Key(record),

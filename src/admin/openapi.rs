@@ -60,7 +60,7 @@ impl Modify for SecuritySchemes {
         );
         components.add_security_scheme(
             "agentKey",
-            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new(crate::http::auth::KEY_HEADER))),
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new(crate::http::auth::KEY_HEADER.as_str()))),
         );
     }
 }

@@ -72,7 +72,7 @@ impl Trail {
     /// A trail for a request of `key` to `agent`'s endpoint (the key may belong to another agent: a refusal).
     pub(crate) fn of(agent: &Agent, key: &KeyRecord, headers: &HeaderMap, method: &str, target: &str) -> Self {
         let session = headers
-            .get(mcp_header::SESSION_ID)
+            .get(&mcp_header::SESSION_ID)
             .and_then(|value| value.to_str().ok())
             .and_then(SessionToken::parse)
             .map(|token| AuditText::from(token.digest().as_str()));

@@ -6,11 +6,11 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use ipnet::IpNet;
 
 /// The header proxies append the address they received a request from to.
-pub const X_FORWARDED_FOR: &str = "x-forwarded-for";
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The client address of a request that came from `peer` with `headers`.
 ///
@@ -24,7 +24,7 @@ pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[IpNet]) -> IpAddr
     }
     let mut client = peer;
     let entries = headers
-        .get_all(X_FORWARDED_FOR)
+        .get_all(&X_FORWARDED_FOR)
         .iter()
         .rev()
         .flat_map(|value| value.to_str().unwrap_or("").rsplit(','))

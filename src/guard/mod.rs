@@ -414,7 +414,7 @@ where
         return response;
     }
     let presented = request.headers().contains_key(axum::http::header::AUTHORIZATION)
-        || request.headers().contains_key(crate::http::auth::KEY_HEADER);
+        || request.headers().contains_key(&crate::http::auth::KEY_HEADER);
     let slot = RateLimitSlot::default();
     request.extensions_mut().insert(slot.clone());
     let mut response = run(request).await;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::FastMap;
@@ -13,8 +13,9 @@ use crate::domain::{AgentId, ApiKey, KeyDigest, KeyHasher};
 use crate::events::{BusHook, BusMessage, CacheGate};
 use crate::store::{Store, StoreError};
 
-/// The header agent keys travel in; it wins over `Authorization: Bearer`.
-pub const KEY_HEADER: &str = "x-agent-api-key";
+/// The header agent keys travel in; it wins over `Authorization: Bearer`. A `HeaderName`, so that looking it up
+/// does not parse the name again on every request.
+pub const KEY_HEADER: HeaderName = HeaderName::from_static("x-agent-api-key");
 /// `last_used_at` is written at most this often per key, so reads do not turn into writes.
 const TOUCH_INTERVAL: Duration = Duration::from_secs(60);
 /// How often the keys used since are written ([`KeyCache::write_uses`]): one statement for all of them, so
@@ -86,23 +87,27 @@ impl KeyCache {
     pub async fn authenticate(&self, presented: Option<&str>) -> Result<Arc<KeyRecord>, KeyError> {
         let key = presented.and_then(ApiKey::parse).ok_or(KeyError::Unauthenticated)?;
         let digest = self.hasher.digest(key.expose());
-        self.usable(&self.entries, digest, self.store.find_key(&digest)).await
+        self.usable(&self.entries, digest, || self.store.find_key(&digest)).await
     }
 
     /// The key with this id, if it is usable now: how an access token reaches the key it was granted with
     /// ([`crate::oauth`]). Cached and dropped by the same bus messages as presented keys, so a revocation
     /// on any replica refuses the token here at once.
     pub async fn by_id(&self, id: &str) -> Result<Arc<KeyRecord>, KeyError> {
-        self.usable(&self.ids, id.to_owned(), self.store.find_key_by_id(id)).await
+        self.usable(&self.ids, id.to_owned(), || self.store.find_key_by_id(id)).await
     }
 
-    /// The key under `lookup` in `map`, else from `fetch` (cached when no invalidation raced the read).
-    async fn usable<K: Eq + std::hash::Hash>(
+    /// The key under `lookup` in `map`, else from `fetch` (cached when no invalidation raced the read). The
+    /// store's future is only made on a miss: making it boxes it.
+    async fn usable<K: Eq + std::hash::Hash, F>(
         &self,
         map: &FastMap<K, CachedKey>,
         lookup: K,
-        fetch: impl Future<Output = Result<Option<KeyRecord>, StoreError>>,
-    ) -> Result<Arc<KeyRecord>, KeyError> {
+        fetch: impl FnOnce() -> F,
+    ) -> Result<Arc<KeyRecord>, KeyError>
+    where
+        F: Future<Output = Result<Option<KeyRecord>, StoreError>>,
+    {
         let now = Timestamp::now();
         let cached = map.get_mut(&lookup).map(|mut entry| {
             let due = entry.touched.elapsed() >= TOUCH_INTERVAL;
@@ -115,7 +120,7 @@ impl KeyCache {
             Some(hit) => hit,
             None => {
                 let generation = self.gate.generation();
-                let record = Arc::new(fetch.await?.ok_or(KeyError::Unauthenticated)?);
+                let record = Arc::new(fetch().await?.ok_or(KeyError::Unauthenticated)?);
                 // The generation is compared while the entry's shard is locked: a `forget` that began
                 // after the database read has bumped it (and we skip), or it takes the shard lock after
                 // us and its `retain` removes what we insert.

@@ -229,14 +229,14 @@ fn with_layers(routes: Router<AppState>, state: AppState) -> Router {
 /// The span of one request: its route template (never the raw path, which can hold names), method, request
 /// id and status; the MCP endpoint adds the agent, the MCP method and the era once it knows them
 /// ([`crate::mcp::transport`]). It joins the trace of the request's `traceparent` header, if any.
-fn request_span(request: &Request<axum::body::Body>, route: Option<&str>) -> tracing::Span {
-    let request_id = request.headers().get(REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
+fn request_span(request: &Request<axum::body::Body>, request_id: &HeaderValue, route: Option<&str>) -> tracing::Span {
+    let request_id = request_id.to_str().unwrap_or("");
     let route = route.unwrap_or(UNMATCHED);
     let method = request.method().as_str();
     let span = tracing::info_span!(
         "request",
         otel.name = tracing::field::Empty,
-        otel.kind = "server",
+        otel.kind = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
         method,
         route,
@@ -246,21 +246,31 @@ fn request_span(request: &Request<axum::body::Body>, route: Option<&str>) -> tra
         mcp.method = tracing::field::Empty,
         mcp.era = tracing::field::Empty,
     );
-    // The exported span's name; nothing else shows it, so it is not made otherwise.
+    // The exported span's name, kind and parent; nothing else uses them, so they are not made otherwise.
     if crate::telemetry::is_exporting() {
         span.record("otel.name", format_args!("{method} {route}"));
+        span.record("otel.kind", "server");
+        let parent = crate::telemetry::TraceParent::from_headers(request.headers());
+        crate::telemetry::set_remote_parent(&span, parent.as_ref());
     }
-    crate::telemetry::set_remote_parent(&span, crate::telemetry::TraceParent::from_headers(request.headers()).as_ref());
     span
 }
 
 /// Records the answer's status on the request span (a 5xx marks it failed), then logs it as tower-http's
 /// trace layer does, in the span: the answer at DEBUG, and a 5xx as a failure at ERROR. The span is
 /// entered only for a line that is written.
-fn record_status<B>(response: &axum::http::Response<B>, latency: Duration, span: &tracing::Span) {
+///
+/// The status is a field of the lines written in the span from here on, and of the exported span: it is
+/// recorded only when one of those can follow, so that at the default level an answer that went well costs
+/// no record. After a whole body (not a stream, `is_stream`) nothing is written in the span but the lines
+/// made here.
+fn record_status<B>(response: &axum::http::Response<B>, latency: Duration, span: &tracing::Span, is_stream: bool) {
     let status = response.status();
-    span.record("status", status.as_u16());
-    if tracing::enabled!(target: "tower_http::trace::on_response", tracing::Level::DEBUG) {
+    let is_answer_logged = tracing::enabled!(target: "tower_http::trace::on_response", tracing::Level::DEBUG);
+    if is_stream || is_answer_logged || status.is_server_error() || crate::telemetry::is_exporting() {
+        span.record("status", status.as_u16());
+    }
+    if is_answer_logged {
         span.in_scope(|| DefaultOnResponse::default().on_response(response, latency, span));
     }
     if status.is_server_error() {
@@ -273,7 +283,7 @@ fn record_status<B>(response: &axum::http::Response<B>, latency: Duration, span:
 
 /// The header fields that carry secrets: marked sensitive before anything can look at the request, so that
 /// no debug output or log line shows them.
-const SECRET_HEADERS: [HeaderName; 2] = [header::AUTHORIZATION, HeaderName::from_static(auth::KEY_HEADER)];
+const SECRET_HEADERS: [HeaderName; 2] = [header::AUTHORIZATION, auth::KEY_HEADER];
 
 /// The one layer every request passes (the MCP endpoint's through [`framed`] directly, [`Routes`]). It also
 /// does the work of tower-http's sensitive-header, request-id, request-id propagation and trace layers, whose
@@ -330,7 +340,7 @@ where
             id
         }
     };
-    let span = request_span(&request, route);
+    let span = request_span(&request, &request_id, route);
     // The line is DEBUG: at the default level neither it nor entering the span for it is needed.
     if tracing::enabled!(target: "tower_http::trace::on_request", tracing::Level::DEBUG) {
         span.in_scope(|| DefaultOnRequest::default().on_request(&request, &span));
@@ -358,7 +368,8 @@ where
         }
     };
     let latency = started.elapsed();
-    record_status(&response, latency, &span);
+    let is_stream = response.body().size_hint().exact().is_none();
+    record_status(&response, latency, &span, is_stream);
     let metrics = &state.metrics;
     let labels = HttpRouteLabels { route, method };
     metrics.http_duration.with(&labels, |histogram| histogram.observe(latency.as_secs_f64()));
@@ -373,7 +384,7 @@ where
         response.headers_mut().insert(REQUEST_ID, request_id);
     }
     // A stream's events are produced while its body is polled, long after the answer's head: in the span.
-    if !span.is_disabled() && response.body().size_hint().exact().is_none() {
+    if is_stream && !span.is_disabled() {
         response = response.map(|body| axum::body::Body::new(InSpan { body, span }));
     }
     response

@@ -36,7 +36,7 @@ impl Era {
 
 /// The era of a single message, after the checks that era requires of its envelope and headers.
 pub fn detect(headers: &HeaderMap, message: &Message) -> Result<Era, McpError> {
-    let protocol = mirrored(headers, header::PROTOCOL_VERSION, false)?;
+    let protocol = mirrored(headers, &header::PROTOCOL_VERSION, false)?;
     let meta = message.call().and_then(Call::params_object).and_then(|params| params.get("_meta"));
     let meta_version = meta.and_then(|meta| meta.get(meta::PROTOCOL_VERSION));
     let is_modern = meta_version.is_some() || protocol.as_deref().is_some_and(|version| !is_legacy_version(version));
@@ -64,13 +64,13 @@ pub fn detect(headers: &HeaderMap, message: &Message) -> Result<Era, McpError> {
         // Header requirements for notification POSTs are not defined by 2026-07-28; a mirrored header that
         // is present must still agree with the body.
         Message::Notification(call) => {
-            if let Some(method) = mirrored(headers, header::METHOD, false)? {
+            if let Some(method) = mirrored(headers, &header::METHOD, false)? {
                 check_method_header(&method, call)?;
             }
             Ok(Era::Modern)
         }
         Message::Request(call) => {
-            let method = mirrored(headers, header::METHOD, false)?
+            let method = mirrored(headers, &header::METHOD, false)?
                 .ok_or_else(|| McpError::HeaderMismatch("the Mcp-Method header is required".to_owned()))?;
             check_method_header(&method, call)?;
             check_name_header(headers, call)?;
@@ -82,7 +82,7 @@ pub fn detect(headers: &HeaderMap, message: &Message) -> Result<Era, McpError> {
 
 /// The era of a batch: batches exist only in 2025-03-26 (no protocol header, or that one).
 pub fn detect_batch(headers: &HeaderMap, messages: &[Result<Message, Malformed>]) -> Result<Era, McpError> {
-    match mirrored(headers, header::PROTOCOL_VERSION, false)? {
+    match mirrored(headers, &header::PROTOCOL_VERSION, false)? {
         None => {}
         Some(version) if version == DEFAULT_LEGACY_VERSION => {}
         Some(version) if !SUPPORTED_VERSIONS.contains(&version.as_str()) => {
@@ -148,7 +148,7 @@ fn check_name_header(headers: &HeaderMap, call: &Call) -> Result<(), McpError> {
     let Some(body) = call.params_object().and_then(|params| params.get(field)).and_then(Value::as_str) else {
         return Ok(());
     };
-    match mirrored(headers, header::NAME, true)? {
+    match mirrored(headers, &header::NAME, true)? {
         Some(name) if name == body => Ok(()),
         Some(name) => {
             Err(McpError::HeaderMismatch(format!("Mcp-Name header value {name:?} does not match body value {body:?}")))

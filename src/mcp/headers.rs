@@ -1,7 +1,7 @@
 //! Request headers of the Streamable HTTP transport: reading `Mcp-Method`/`Mcp-Name` (with the
 //! `=?base64?…?=` sentinel encoding) and choosing the response format from `Accept`.
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
@@ -80,7 +80,7 @@ fn media_range(member: &str) -> Option<(String, bool)> {
 
 /// The value of a mirrored header, decoded: `None` when absent; a -32020 error when it is not visible ASCII
 /// or a malformed `=?base64?…?=` value. `encoded` says whether the sentinel encoding applies (`Mcp-Name`).
-pub fn mirrored(headers: &HeaderMap, name: &str, encoded: bool) -> Result<Option<String>, McpError> {
+pub fn mirrored(headers: &HeaderMap, name: &HeaderName, encoded: bool) -> Result<Option<String>, McpError> {
     let Some(value) = headers.get(name) else {
         return Ok(None);
     };
@@ -158,10 +158,19 @@ pub(crate) mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("mcp-name", HeaderValue::from_static("=?base64?dGVzdDovL3N0YXRpYy10ZXh0?="));
         headers.insert("mcp-method", HeaderValue::from_static("resources/read"));
-        assert_eq!(mirrored(&headers, "mcp-name", true).ok().flatten().as_deref(), Some("test://static-text"));
-        assert_eq!(mirrored(&headers, "mcp-method", false).ok().flatten().as_deref(), Some("resources/read"));
-        assert!(matches!(mirrored(&headers, "mcp-other", true), Ok(None)));
+        assert_eq!(
+            mirrored(&headers, &HeaderName::from_static("mcp-name"), true).ok().flatten().as_deref(),
+            Some("test://static-text")
+        );
+        assert_eq!(
+            mirrored(&headers, &HeaderName::from_static("mcp-method"), false).ok().flatten().as_deref(),
+            Some("resources/read")
+        );
+        assert!(matches!(mirrored(&headers, &HeaderName::from_static("mcp-other"), true), Ok(None)));
         headers.insert("mcp-name", HeaderValue::from_bytes(b"caf\xc3\xa9").expect("obs-text"));
-        assert!(matches!(mirrored(&headers, "mcp-name", true), Err(McpError::HeaderMismatch(_))));
+        assert!(matches!(
+            mirrored(&headers, &HeaderName::from_static("mcp-name"), true),
+            Err(McpError::HeaderMismatch(_))
+        ));
     }
 }

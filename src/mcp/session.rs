@@ -95,7 +95,7 @@ impl Sessions {
         agent: &AgentId,
         key: &KeyRecord,
     ) -> Result<Option<Arc<Session>>, McpError> {
-        let Some(value) = headers.get(header::SESSION_ID) else {
+        let Some(value) = headers.get(&header::SESSION_ID) else {
             return Ok(None);
         };
         let token = value.to_str().ok().and_then(SessionToken::parse).ok_or(McpError::UnknownSession)?;

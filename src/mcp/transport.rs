@@ -22,7 +22,7 @@ use std::sync::Arc;
 use axum::body::{Body as HttpBody, Bytes};
 use axum::extract::Request;
 use axum::http::request::Parts;
-use axum::http::{self, HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{self, HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::Value;
@@ -116,12 +116,19 @@ pub async fn endpoint(state: AppState, path_agent: Option<AgentId>, request: Req
                 Err(refusal) => return refusal.into_http(),
             };
             let headers = &parts.headers;
-            // The rarer methods' futures are boxed, so that they do not make every request's larger.
+            // The rarer methods' futures are boxed, so that they do not make every request's larger. A POST
+            // names its agent on the span with its method ([`post`]).
             match parts.method {
                 http::Method::POST => post(&state, admitted, headers, body).await,
-                http::Method::DELETE => Box::pin(super::stream::standalone::delete(&state, &admitted, headers)).await,
+                http::Method::DELETE => {
+                    span::record_agent(admitted.agent.id.as_str());
+                    Box::pin(super::stream::standalone::delete(&state, &admitted, headers)).await
+                }
                 // `GET` or `HEAD`.
-                _ => Box::pin(super::stream::standalone::get(&state, &admitted, headers)).await,
+                _ => {
+                    span::record_agent(admitted.agent.id.as_str());
+                    Box::pin(super::stream::standalone::get(&state, &admitted, headers)).await
+                }
             }
         })
     })
@@ -130,8 +137,13 @@ pub async fn endpoint(state: AppState, path_agent: Option<AgentId>, request: Req
 }
 
 /// `POST /{agent_id}/mcp` once [`admit`]ted: one JSON-RPC message, or a batch where 2025-03-26 allows it.
+/// The request span is given the agent with the message's method and era, or alone for a body that is not
+/// a message.
 pub(super) async fn post(state: &AppState, admitted: Admitted, headers: &HeaderMap, body: HttpBody) -> Response {
-    let unparsed = |admitted: &Admitted| Trail::new(admitted, headers, "-", "");
+    let unparsed = |admitted: &Admitted| {
+        span::record_agent(admitted.agent.id.as_str());
+        Trail::new(admitted, headers, "-", "")
+    };
     let bytes = match read_body(body, headers, state.config.limits.max_body_bytes).await {
         Ok(bytes) => bytes,
         Err(error) => return unparsed(&admitted).attach(error.into_http(None)),
@@ -155,7 +167,7 @@ pub(super) async fn post(state: &AppState, admitted: Admitted, headers: &HeaderM
             let era_name = if is_modern { "modern" } else { "legacy" };
             let (trail, span) = match &message {
                 Ok(Message::Request(call) | Message::Notification(call)) => {
-                    span::record_method(Method::label(&call.method), era_name);
+                    span::record_message(admitted.agent.id.as_str(), Method::label(&call.method), era_name);
                     let (span, parent) = span::of_call(call, era_name);
                     (Trail::of_call(&admitted, headers, call).traced(parent.as_ref()), span)
                 }
@@ -165,7 +177,7 @@ pub(super) async fn post(state: &AppState, admitted: Admitted, headers: &HeaderM
             trail.attach(single(state, admitted, headers, message, detected).instrument(span).await)
         }
         Ok(Body::Batch(messages)) => {
-            span::record_method("batch", "legacy");
+            span::record_message(admitted.agent.id.as_str(), "batch", "legacy");
             // The target of a batch refused as a whole (handled, it is a record per message).
             let methods: Vec<&str> =
                 messages.iter().filter_map(|m| m.as_ref().ok()).filter_map(Message::method).collect();
@@ -245,13 +257,12 @@ pub(super) async fn admit(
             return Err(McpError::Unavailable.into());
         }
     };
-    span::record_agent(agent.id.as_str());
     // From here on the refusal belongs to the agent's log: the path's agent, and for another agent's key the
-    // key's own agent as the target.
-    let refused = |error: McpError, target: &str| Refusal {
-        challenge: None,
-        error,
-        trail: Some(Trail::of(&agent, &key, headers, method, target)),
+    // key's own agent as the target. The request span is given the agent by the refusal, or once admitted by
+    // the method's handler ([`endpoint`]).
+    let refused = |error: McpError, target: &str| {
+        span::record_agent(agent.id.as_str());
+        Refusal { challenge: None, error, trail: Some(Trail::of(&agent, &key, headers, method, target)) }
     };
     if !is_key_of(&key, &agent.id) {
         let target = format!("agent:{}", key.agent_id);
@@ -281,7 +292,8 @@ pub(super) async fn rate_limit(
     agent: &Agent,
 ) -> Result<(), (McpError, Option<&'static str>)> {
     let verdict = state.guard.mcp(key, agent, state.store.as_ref()).await.map_err(|error| {
-        tracing::warn!(%error, "shared rate limit unavailable");
+        // The request span may not name the agent yet (it does once the request is admitted).
+        tracing::warn!(%error, agent = %agent.id, "shared rate limit unavailable");
         (McpError::Unavailable, None)
     })?;
     let policy = verdict.refused_by;
@@ -365,7 +377,7 @@ async fn single(
             let Some(result) = result.whole() else { return McpError::Internal.into_http(Some(id)) };
             match Box::pin(issue_session(state, &admitted, result)).await {
                 Ok(session_id) => {
-                    response.headers_mut().insert(HeaderName::from_static(header_name::SESSION_ID), session_id);
+                    response.headers_mut().insert(header_name::SESSION_ID, session_id);
                     response
                 }
                 Err(error) => error.into_http(Some(id)),
@@ -406,7 +418,7 @@ async fn legacy_session(
     }
     let session = state.sessions.resolve(headers, &admitted.agent.id, &admitted.key).await?;
     let era = match &session {
-        Some(session) if !headers.contains_key(header_name::PROTOCOL_VERSION) => {
+        Some(session) if !headers.contains_key(&header_name::PROTOCOL_VERSION) => {
             era::of_session(&session.protocol_version).unwrap_or(era)
         }
         _ => era,

@@ -49,12 +49,15 @@ pub mod meta {
 /// The log levels of RFC 5424 that `io.modelcontextprotocol/logLevel` and `logging/setLevel` accept.
 pub const LOG_LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
 
-/// The request headers of the Streamable HTTP transport.
+/// The request headers of the Streamable HTTP transport, as `HeaderName`s: a lookup by one does not parse the
+/// name again.
 pub mod header {
-    pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
-    pub const METHOD: &str = "mcp-method";
-    pub const NAME: &str = "mcp-name";
-    pub const SESSION_ID: &str = "mcp-session-id";
+    use axum::http::HeaderName;
+
+    pub const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+    pub const METHOD: HeaderName = HeaderName::from_static("mcp-method");
+    pub const NAME: HeaderName = HeaderName::from_static("mcp-name");
+    pub const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 }
 
 /// A modern result's `_meta`: `io.modelcontextprotocol/serverInfo`, hivegate titled with the agent's name.
@@ -155,9 +158,11 @@ pub struct Outline {
 }
 
 impl Outline {
-    /// Cuts `placeholder` out of `whole` where it follows the first `key`.
+    /// Cuts `placeholder` out of `whole` where it follows the first `key`. The key is within the result's first
+    /// few fields, so a plain scan finds it sooner than `str::find` has set its searcher up.
     fn cut(mut whole: String, key: &str, placeholder: &str) -> serde_json::Result<Self> {
-        let Some(at) = whole.find(key).map(|found| found + key.len()) else {
+        let found = whole.as_bytes().windows(key.len()).position(|window| window == key.as_bytes());
+        let Some(at) = found.map(|found| found + key.len()) else {
             return Err(serde::ser::Error::custom("the items' place was not found"));
         };
         if !whole[at..].starts_with(placeholder) {

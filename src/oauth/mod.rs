@@ -77,7 +77,7 @@ pub enum Presented<'a> {
 impl<'a> Presented<'a> {
     /// What `headers` present; `is_oauth_on` is whether the agent takes access tokens.
     pub fn of(headers: &'a HeaderMap, is_oauth_on: bool) -> Self {
-        if let Some(value) = headers.get(KEY_HEADER) {
+        if let Some(value) = headers.get(&KEY_HEADER) {
             return value.to_str().map_or(Presented::Missing, |key| Presented::Key(key.trim()));
         }
         match bearer(headers) {

@@ -6,13 +6,16 @@
 //! A malformed `traceparent` is ignored, as W3C Trace Context asks, and so is a `tracestate` without one.
 //! Upper-case hex digits are accepted and normalised to lower case.
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use serde_json::{Map, Value};
 
 /// The `traceparent` key, in headers and in `_meta`.
 pub const TRACEPARENT: &str = "traceparent";
 /// The `tracestate` key, in headers and in `_meta`.
 pub const TRACESTATE: &str = "tracestate";
+/// The header names, as `HeaderName`s: a lookup by one does not parse the name again.
+const TRACEPARENT_HEADER: HeaderName = HeaderName::from_static(TRACEPARENT);
+const TRACESTATE_HEADER: HeaderName = HeaderName::from_static(TRACESTATE);
 
 /// The longest `tracestate` kept (W3C: 32 members of at most 256 characters could be more; vendors may
 /// drop what does not fit, and a longer value is not propagated at all).
@@ -56,13 +59,13 @@ impl TraceParent {
     /// The trace context of HTTP request headers. Several `tracestate` headers are one list, joined by
     /// commas in order.
     pub fn from_headers(headers: &HeaderMap) -> Option<Self> {
-        let mut parents = headers.get_all(TRACEPARENT).iter();
+        let mut parents = headers.get_all(&TRACEPARENT_HEADER).iter();
         let parent = parents.next()?.to_str().ok()?;
         if parents.next().is_some() {
             // Two `traceparent` headers: W3C asks to ignore both.
             return None;
         }
-        let states: Option<Vec<&str>> = headers.get_all(TRACESTATE).iter().map(|v| v.to_str().ok()).collect();
+        let states: Option<Vec<&str>> = headers.get_all(&TRACESTATE_HEADER).iter().map(|v| v.to_str().ok()).collect();
         let state = states.map(|states| states.join(","));
         Some(Self::parse(parent)?.with_state(state.as_deref()))
     }

@@ -34,70 +34,119 @@ impl<L> Deferred<L> {
 }
 
 /// A span's values not yet handed to the inner layer, in the order they came. Held inline (a request span's
-/// values fit), so that keeping them costs the span no allocation beyond the box its extensions put it in.
+/// values fit), so that keeping them costs the span no allocation beyond the box its extensions put it in;
+/// small, since it is moved into that box.
 struct Pending {
-    /// The text of every string value, one after the other.
-    text: SmallVec<[u8; PENDING_TEXT]>,
+    /// The text of every string value, one after the other (and the bytes of 128-bit numbers).
+    text: Text,
     /// Each value with the index of its field in the span's field set.
-    values: SmallVec<[(usize, Raw); PENDING_VALUES]>,
+    values: SmallVec<[(u32, Raw); PENDING_VALUES]>,
 }
 
-/// The text a span's values keep inline: a request's id, route and agent.
-const PENDING_TEXT: usize = 160;
-/// The values a span keeps inline: every field of the request span.
-const PENDING_VALUES: usize = 12;
+/// The text a span's values keep inline: a request's method, id (36 bytes when hivegate makes it), route,
+/// MCP method and era, and an agent id of up to 16 bytes.
+const PENDING_TEXT: usize = 96;
+/// The values a span keeps inline: those the request span is given.
+const PENDING_VALUES: usize = 8;
 
-/// One kept value; text values are ranges of [`Pending::text`].
+/// One kept value; text values are ranges of [`Pending::text`], and so are 128-bit numbers (their 16
+/// little-endian bytes), which would double the size of every value.
 enum Raw {
-    Str(usize, usize),
+    Str(u32, u32),
     /// A `Debug` or `Display` value, as it showed itself.
-    Shown(usize, usize),
+    Shown(u32, u32),
     I64(i64),
     U64(u64),
-    I128(i128),
-    U128(u128),
+    I128(u32),
+    U128(u32),
     F64(f64),
     Bool(bool),
 }
 
+/// Bytes kept inline up to [`PENDING_TEXT`], then all of them on the heap. Appending is one copy (a
+/// `SmallVec`'s `extend_from_slice` is an insert: two, and a reserve).
+struct Text {
+    inline: [u8; PENDING_TEXT],
+    len: usize,
+    /// Every byte, once the inline part would overflow.
+    heap: Vec<u8>,
+}
+
+impl Text {
+    fn new() -> Self {
+        Self { inline: [0; PENDING_TEXT], len: 0, heap: Vec::new() }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        let end = self.len + bytes.len();
+        match self.inline.get_mut(self.len..end) {
+            Some(room) if self.heap.is_empty() => room.copy_from_slice(bytes),
+            _ => {
+                if self.heap.is_empty() {
+                    self.heap.extend_from_slice(&self.inline[..self.len]);
+                }
+                self.heap.extend_from_slice(bytes);
+            }
+        }
+        self.len = end;
+    }
+
+    fn bytes(&self) -> &[u8] {
+        if self.heap.is_empty() { &self.inline[..self.len] } else { &self.heap }
+    }
+}
+
 impl Pending {
     fn of(attributes: &Attributes<'_>) -> Self {
-        let mut pending = Self { text: SmallVec::new(), values: SmallVec::new() };
+        let mut pending = Self { text: Text::new(), values: SmallVec::new() };
         attributes.record(&mut pending);
         pending
     }
 
     fn push(&mut self, field: &Field, raw: Raw) {
-        self.values.push((field.index(), raw));
+        // A field set has at most 32 fields.
+        self.values.push((field.index() as u32, raw));
+    }
+
+    /// Where the next text starts.
+    fn end(&self) -> u32 {
+        self.text.len as u32
     }
 
     /// The text kept from `start` to `end`.
-    fn text(&self, start: usize, end: usize) -> &str {
-        self.text.get(start..end).and_then(|bytes| std::str::from_utf8(bytes).ok()).unwrap_or_default()
+    fn text(&self, start: u32, end: u32) -> &str {
+        let bytes = self.text.bytes().get(start as usize..end as usize);
+        bytes.and_then(|bytes| std::str::from_utf8(bytes).ok()).unwrap_or_default()
+    }
+
+    /// The 16 bytes kept from `start`.
+    fn bytes16(&self, start: u32) -> [u8; 16] {
+        let start = start as usize;
+        self.text.bytes().get(start..start + 16).and_then(|bytes| bytes.try_into().ok()).unwrap_or_default()
     }
 }
 
 /// `Debug`/`Display` output written into a span's kept text.
-struct TextSink<'a>(&'a mut SmallVec<[u8; PENDING_TEXT]>);
+struct TextSink<'a>(&'a mut Text);
 
 impl fmt::Write for TextSink<'_> {
     fn write_str(&mut self, text: &str) -> fmt::Result {
-        self.0.extend_from_slice(text.as_bytes());
+        self.0.push(text.as_bytes());
         Ok(())
     }
 }
 
 impl Visit for Pending {
     fn record_str(&mut self, field: &Field, value: &str) {
-        let start = self.text.len();
-        self.text.extend_from_slice(value.as_bytes());
-        self.push(field, Raw::Str(start, self.text.len()));
+        let start = self.end();
+        self.text.push(value.as_bytes());
+        self.push(field, Raw::Str(start, self.end()));
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        let start = self.text.len();
+        let start = self.end();
         let _ = write!(TextSink(&mut self.text), "{value:?}");
-        self.push(field, Raw::Shown(start, self.text.len()));
+        self.push(field, Raw::Shown(start, self.end()));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
@@ -109,11 +158,15 @@ impl Visit for Pending {
     }
 
     fn record_i128(&mut self, field: &Field, value: i128) {
-        self.push(field, Raw::I128(value));
+        let start = self.end();
+        self.text.push(&value.to_le_bytes());
+        self.push(field, Raw::I128(start));
     }
 
     fn record_u128(&mut self, field: &Field, value: u128) {
-        self.push(field, Raw::U128(value));
+        let start = self.end();
+        self.text.push(&value.to_le_bytes());
+        self.push(field, Raw::U128(start));
     }
 
     fn record_f64(&mut self, field: &Field, value: f64) {
@@ -141,9 +194,9 @@ impl<L> Deferred<L> {
             self.inner.on_record(id, &Record::new(&fields.value_set(&none)), ctx.clone());
         }
         for (index, raw) in &pending.values {
-            let Some(field) = fields.iter().nth(*index) else { continue };
+            let Some(field) = fields.iter().nth(*index as usize) else { continue };
             let field = &field;
-            let text = |start: usize, end: usize| pending.text(start, end);
+            let text = |start: u32, end: u32| pending.text(start, end);
             match *raw {
                 Raw::Str(start, end) => self.record_one(id, fields, field, &text(start, end), ctx),
                 Raw::Shown(start, end) => {
@@ -151,8 +204,12 @@ impl<L> Deferred<L> {
                 }
                 Raw::I64(value) => self.record_one(id, fields, field, &value, ctx),
                 Raw::U64(value) => self.record_one(id, fields, field, &value, ctx),
-                Raw::I128(value) => self.record_one(id, fields, field, &value, ctx),
-                Raw::U128(value) => self.record_one(id, fields, field, &value, ctx),
+                Raw::I128(start) => {
+                    self.record_one(id, fields, field, &i128::from_le_bytes(pending.bytes16(start)), ctx);
+                }
+                Raw::U128(start) => {
+                    self.record_one(id, fields, field, &u128::from_le_bytes(pending.bytes16(start)), ctx);
+                }
                 Raw::F64(value) => self.record_one(id, fields, field, &value, ctx),
                 Raw::Bool(value) => self.record_one(id, fields, field, &value, ctx),
             }
@@ -325,7 +382,8 @@ mod tests {
         let long = "é".repeat(200);
         let wide = tracing::info_span!(
             "wide", a = 1u64, b = 2u64, c = 3u64, d = 4u64, e = 5u64, f = 6u64, g = 7u64, h = 8u64, i = 9u64,
-            j = 10u64, k = 11u64, l = 12u64, m = long.as_str(), n = ?long.len()
+            j = 10u64, k = 11u64, l = 12u64, m = long.as_str(), n = ?long.len(), o = -(1i128 << 100),
+            p = u128::MAX
         );
         wide.in_scope(|| tracing::info!("in a wide span"));
     }
@@ -353,6 +411,7 @@ mod tests {
         let actual = written(Deferred::new(plain(&deferred).compact()), &deferred);
         assert_eq!(actual.lines().count(), 6, "{actual}");
         assert!(actual.contains(r#"agent="bench \"quoted\"""#) && actual.contains("status=200"), "{actual}");
+        assert!(actual.contains("o=-1267650600228229401496703205376 p=340282366920938463463374607431768211455"));
         assert_eq!(actual, expected);
 
         let json = |lines: &Lines| plain(lines).json().flatten_event(true).with_current_span(true);

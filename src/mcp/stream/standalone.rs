@@ -98,7 +98,7 @@ fn last_event_id(headers: &HeaderMap) -> Option<Option<EventId>> {
 
 /// A `MCP-Protocol-Version` on a `GET` or `DELETE` must be a legacy revision; the modern one has neither.
 fn check_version(headers: &HeaderMap) -> Result<(), McpError> {
-    match mirrored(headers, mcp_header::PROTOCOL_VERSION, false)? {
+    match mirrored(headers, &mcp_header::PROTOCOL_VERSION, false)? {
         None => Ok(()),
         Some(version) if LEGACY_VERSIONS.contains(&version.as_str()) => Ok(()),
         Some(version) if version.as_str() > LEGACY_VERSIONS[0] => Err(McpError::HttpMethodNotAllowed),
