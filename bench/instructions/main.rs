@@ -3,8 +3,8 @@
 //! the instructions per request with `bench/instructions/baseline`.
 //!
 //! The real application ([`hivegate::app::Application::build`] on SQLite in a temporary directory) with
-//! authentication, rate limits and audit on, and logging installed as the server installs it, at the default
-//! level; its routes are driven in-process on a single-threaded runtime,
+//! authentication, rate limits and audit on, mimalloc configured and logging installed as the server has
+//! them, at the default level; its routes are driven in-process on a single-threaded runtime,
 //! without a socket. After seeding through the admin API it runs nine sections: W1 (`resources/read` of a
 //! 1 KiB text resource), W2 (`resources/list`, a full page of 100) and W3 (`prompts/get` of a prompt with 2
 //! arguments), each as a plain legacy request, as a legacy request in an `Mcp-Session-Id` session and as a
@@ -69,6 +69,11 @@ struct Section {
     length: usize,
 }
 
+/// The allocator the server runs with (src/main.rs): the counts include what allocating costs there, and do
+/// not move with the state of glibc's bins, which two runs that allocate a little differently leave apart.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 struct Bench {
     routes: hivegate::http::Routes,
     audit: Arc<AuditStats>,
@@ -90,6 +95,7 @@ fn main() -> anyhow::Result<()> {
         anyhow::bail!("--requests and --warmup must be multiples of {AUDIT_BATCH} (the audit batch), requests > 0");
     }
 
+    hivegate::allocator::configure();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let dir = TempDir::new()?;
     let (app, bench) = runtime.block_on(start(&dir))?;
