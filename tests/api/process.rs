@@ -237,6 +237,9 @@ async fn log_lines_name_the_request_and_the_agent(backend: Backend) {
     assert_eq!(span["route"], "/{agent_id}/mcp", "{answered}");
     assert_eq!(span["mcp.method"], "resources/list", "{answered}");
     assert_eq!(span["mcp.era"], "legacy", "{answered}");
+    // The status is recorded on the span once a line after the answer can show it; the export's fields are not.
+    assert_eq!(span["status"], 200, "{answered}");
+    assert!(span.get("otel.kind").is_none() && span.get("otel.name").is_none(), "{answered}");
     assert!(!stderr.contains(&key), "the key reached the log");
 }
 
