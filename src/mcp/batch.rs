@@ -147,9 +147,10 @@ impl Tokens<'_> {
             return Err(error.clone());
         }
         let Admitted { key, agent, slot } = self.admitted;
-        rate_limit(self.state, slot.as_ref(), key, agent).await.map_err(|(error, policy)| {
-            self.refusal = Some((error.clone(), policy));
-            error
+        rate_limit(self.state, slot.as_ref(), key, agent).await.map_err(|limited| {
+            limited.log_cause();
+            self.refusal = Some((limited.error.clone(), limited.policy));
+            limited.error
         })
     }
 }

@@ -22,7 +22,7 @@ use crate::telemetry::{self, TraceParent};
 /// The span of `call` in `era` (`legacy` or `modern`), and the trace context of its `_meta`, if any. Never
 /// carries what the call names (URIs, prompt names, arguments): only its bounded method label. It is made
 /// for trace export alone ([`telemetry::EXPORT_TARGET`]): log lines name the method and era through the
-/// request span ([`record_method`]), so without an export it is not made at all.
+/// request span ([`record_message`]), so without an export it is not made at all.
 pub(super) fn of_call(call: &Call, era: &'static str) -> (Span, Option<TraceParent>) {
     let parent = TraceParent::from_meta(call.params_object());
     let method = Method::label(&call.method);

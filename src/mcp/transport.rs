@@ -137,13 +137,11 @@ pub async fn endpoint(state: AppState, path_agent: Option<AgentId>, request: Req
 }
 
 /// `POST /{agent_id}/mcp` once [`admit`]ted: one JSON-RPC message, or a batch where 2025-03-26 allows it.
-/// The request span is given the agent with the message's method and era, or alone for a body that is not
-/// a message.
+/// The request span is given the agent with the message's method and era, or alone ([`AgentOnDrop`]) for a
+/// body that is not a message and for a request that ends before its message is known.
 pub(super) async fn post(state: &AppState, admitted: Admitted, headers: &HeaderMap, body: HttpBody) -> Response {
-    let unparsed = |admitted: &Admitted| {
-        span::record_agent(admitted.agent.id.as_str());
-        Trail::new(admitted, headers, "-", "")
-    };
+    let naming = AgentOnDrop(Some(admitted.agent.id.as_str()));
+    let unparsed = |admitted: &Admitted| Trail::new(admitted, headers, "-", "");
     let bytes = match read_body(body, headers, state.config.limits.max_body_bytes).await {
         Ok(bytes) => bytes,
         Err(error) => return unparsed(&admitted).attach(error.into_http(None)),
@@ -167,16 +165,21 @@ pub(super) async fn post(state: &AppState, admitted: Admitted, headers: &HeaderM
             let era_name = if is_modern { "modern" } else { "legacy" };
             let (trail, span) = match &message {
                 Ok(Message::Request(call) | Message::Notification(call)) => {
+                    naming.disarm();
                     span::record_message(admitted.agent.id.as_str(), Method::label(&call.method), era_name);
                     let (span, parent) = span::of_call(call, era_name);
                     (Trail::of_call(&admitted, headers, call).traced(parent.as_ref()), span)
                 }
-                Ok(Message::Response) | Err(_) => (unparsed(&admitted), tracing::Span::none()),
+                Ok(Message::Response) | Err(_) => {
+                    drop(naming);
+                    (unparsed(&admitted), tracing::Span::none())
+                }
             };
             let trail = trail.modern(is_modern);
             trail.attach(single(state, admitted, headers, message, detected).instrument(span).await)
         }
         Ok(Body::Batch(messages)) => {
+            naming.disarm();
             span::record_message(admitted.agent.id.as_str(), "batch", "legacy");
             // The target of a batch refused as a whole (handled, it is a record per message).
             let methods: Vec<&str> =
@@ -187,6 +190,25 @@ pub(super) async fn post(state: &AppState, admitted: Admitted, headers: &HeaderM
             trail.with_items(items).attach(response)
         }
         Err(error) => unparsed(&admitted).attach(error.into_http(None)),
+    }
+}
+
+/// Names the admitted agent on the request span when dropped, unless disarmed because the message's record
+/// named it with the method ([`span::record_message`]): a POST whose body is refused, or that times out or
+/// panics before its message is known, still has every later line of the request name its agent.
+struct AgentOnDrop<'a>(Option<&'a str>);
+
+impl AgentOnDrop<'_> {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for AgentOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(agent) = self.0 {
+            span::record_agent(agent);
+        }
     }
 }
 
@@ -274,8 +296,10 @@ pub(super) async fn admit(
         return Err(Refusal { challenge, ..refused(error, "") });
     }
     let slot = parts.extensions.get::<RateLimitSlot>();
-    if let Err((error, _)) = rate_limit(state, slot, &key, &agent).await {
-        return Err(refused(error, ""));
+    if let Err(limited) = rate_limit(state, slot, &key, &agent).await {
+        let refusal = refused(limited.error.clone(), "");
+        limited.log_cause();
+        return Err(refusal);
     }
     Ok(Admitted { agent, key, slot: slot.cloned() })
 }
@@ -290,16 +314,35 @@ pub(super) async fn rate_limit(
     slot: Option<&RateLimitSlot>,
     key: &KeyRecord,
     agent: &Agent,
-) -> Result<(), (McpError, Option<&'static str>)> {
-    let verdict = state.guard.mcp(key, agent, state.store.as_ref()).await.map_err(|error| {
-        // The request span may not name the agent yet (it does once the request is admitted).
-        tracing::warn!(%error, agent = %agent.id, "shared rate limit unavailable");
-        (McpError::Unavailable, None)
+) -> Result<(), Limited> {
+    let verdict = state.guard.mcp(key, agent, state.store.as_ref()).await.map_err(|error| Limited {
+        error: McpError::Unavailable,
+        policy: None,
+        cause: Some(error),
     })?;
     let policy = verdict.refused_by;
-    verdict
-        .settle_in(slot, &state.metrics)
-        .map_err(|wait| (McpError::RateLimited { retry_after_ms: crate::guard::millis_up(wait) }, policy))
+    verdict.settle_in(slot, &state.metrics).map_err(|wait| Limited {
+        error: McpError::RateLimited { retry_after_ms: crate::guard::millis_up(wait) },
+        policy,
+        cause: None,
+    })
+}
+
+/// A request [`rate_limit`] refused: the error, the refusing policy, and the database's failure when a
+/// shared bucket could not be answered for, which the caller logs once the request span names the agent.
+pub(super) struct Limited {
+    pub(super) error: McpError,
+    pub(super) policy: Option<&'static str>,
+    cause: Option<crate::store::StoreError>,
+}
+
+impl Limited {
+    /// Logs the database's failure, if that is why the request was refused.
+    pub(super) fn log_cause(&self) {
+        if let Some(error) = &self.cause {
+            tracing::warn!(%error, "shared rate limit unavailable");
+        }
+    }
 }
 
 /// Any other HTTP method on `/{agent_id}/mcp`: 405 with `Allow` and a JSON-RPC error body, so that a curl user

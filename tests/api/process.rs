@@ -221,6 +221,16 @@ async fn log_lines_name_the_request_and_the_agent(backend: Backend) {
         .await
         .unwrap();
     expect_json(response, StatusCode::OK).await;
+    // A body that is not JSON: the request still names its agent, without a method.
+    let response = process
+        .with_key(Method::POST, "/bot/mcp", &key)
+        .header("x-request-id", "req-log-2")
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     assert!(process.terminate().await.success(), "{}", process.logs());
 
     let stderr = process.stderr();
@@ -240,6 +250,13 @@ async fn log_lines_name_the_request_and_the_agent(backend: Backend) {
     // The status is recorded on the span once a line after the answer can show it; the export's fields are not.
     assert_eq!(span["status"], 200, "{answered}");
     assert!(span.get("otel.kind").is_none() && span.get("otel.name").is_none(), "{answered}");
+    let unparsed = stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|line| line["span"]["request_id"] == "req-log-2" && line["status"] == 400)
+        .unwrap_or_else(|| panic!("no answer line of the unparsed request:\n{stderr}"));
+    assert_eq!(unparsed["span"]["agent"], "bot", "{unparsed}");
+    assert!(unparsed["span"].get("mcp.method").is_none(), "{unparsed}");
     assert!(!stderr.contains(&key), "the key reached the log");
 }
 
