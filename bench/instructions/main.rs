@@ -3,8 +3,8 @@
 //! the instructions per request with `bench/instructions/baseline`.
 //!
 //! The real application ([`hivegate::app::Application::build`] on SQLite in a temporary directory) with
-//! authentication, rate limits and audit on, mimalloc configured and logging installed as the server has
-//! them, at the default level; its routes are driven in-process on a single-threaded runtime,
+//! authentication, rate limits and audit on, mimalloc with the server's options (not its purge thread) and
+//! logging installed as the server installs it, at the default level; its routes are driven in-process on a single-threaded runtime,
 //! without a socket. After seeding through the admin API it runs nine sections: W1 (`resources/read` of a
 //! 1 KiB text resource), W2 (`resources/list`, a full page of 100) and W3 (`prompts/get` of a prompt with 2
 //! arguments), each as a plain legacy request, as a legacy request in an `Mcp-Session-Id` session and as a
