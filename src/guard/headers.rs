@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use smallvec::SmallVec;
 
 use super::limiter::Limit;
 
@@ -67,6 +68,34 @@ fn push_item(field: &mut String, name: &str, parameters: [(&str, &str); 2]) {
     }
 }
 
+/// The `RateLimit-Policy` value of `policies`. It is the same for every request of a key (its own limit and
+/// its agent's), so the last one each thread made is kept and handed out again, a reference to the same
+/// bytes, while the policies are the same.
+fn policy_field(policies: &[Policy]) -> Option<HeaderValue> {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(SmallVec<[Policy; 2]>, HeaderValue)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| {
+        if let Some((kept, value)) = last.as_ref()
+            && kept.as_slice() == policies
+        {
+            return Some(value.clone());
+        }
+        let (mut first, mut second) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let mut field = String::with_capacity(32 * policies.len());
+        for (index, p) in policies.iter().enumerate() {
+            if index > 0 {
+                field.push_str(", ");
+            }
+            push_item(&mut field, p.name, [("q", first.format(p.quota)), ("w", second.format(p.window))]);
+        }
+        let value = HeaderValue::try_from(field).ok()?;
+        *last = Some((SmallVec::from_slice(policies), value.clone()));
+        Some(value)
+    })
+}
+
 /// The field values for one answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateLimitHeaders {
@@ -85,18 +114,11 @@ impl RateLimitHeaders {
         // Set on every answer: each field is written into one buffer, its numbers by `itoa` rather than through
         // `core::fmt` (which cost about 2,000 instructions a request here).
         let (mut first, mut second) = (itoa::Buffer::new(), itoa::Buffer::new());
-        let mut policy = String::with_capacity(32 * policies.len());
-        for (index, p) in policies.iter().enumerate() {
-            if index > 0 {
-                policy.push_str(", ");
-            }
-            push_item(&mut policy, p.name, [("q", first.format(p.quota)), ("w", second.format(p.window))]);
-        }
         let mut field = String::with_capacity(32);
         let (remaining, reset) = (first.format(current.remaining), second.format(seconds_up(current.reset)));
         push_item(&mut field, current.name, [("r", remaining), ("t", reset)]);
         // Names are our own constants and the rest digits: always a valid header value.
-        Some(Self { policy: HeaderValue::try_from(policy).ok()?, current: HeaderValue::try_from(field).ok()?, shared })
+        Some(Self { policy: policy_field(policies)?, current: HeaderValue::try_from(field).ok()?, shared })
     }
 
     /// Sets the fields on an answer. By value: a cloned value would be copied into a buffer of its own.
@@ -119,6 +141,19 @@ mod tests {
         let headers = RateLimitHeaders::new(&policies, &current, false).expect("fields");
         assert_eq!(headers.policy, r#""agent";q=200;w=2, "key";q=20;w=1"#);
         assert_eq!(headers.current, r#""key";r=7;t=1"#);
+    }
+
+    #[test]
+    fn the_kept_policy_field_follows_the_policies() {
+        let current = Remaining { name: "key", remaining: 1, reset: Duration::from_secs(1) };
+        let of = |policies: &[Policy]| RateLimitHeaders::new(policies, &current, false).expect("fields").policy;
+        let (one, other) = ([Policy::of_limit("key", limit(20, 20))], [Policy::of_limit("key", limit(20, 40))]);
+        assert_eq!(of(&one), r#""key";q=20;w=1"#);
+        assert_eq!(of(&one), r#""key";q=20;w=1"#);
+        assert_eq!(of(&other), r#""key";q=40;w=2"#);
+        let both = [Policy::of_limit("agent", limit(100, 200)), one[0]];
+        assert_eq!(of(&both), r#""agent";q=200;w=2, "key";q=20;w=1"#);
+        assert_eq!(of(&one), r#""key";q=20;w=1"#);
     }
 
     #[test]
