@@ -24,20 +24,14 @@ use crate::config::{LogConfig, LogFormat, TelemetryConfig};
 pub mod context;
 /// Span fields formatted only for the lines that show them.
 mod deferred;
-/// A log writer for tests.
-#[cfg(test)]
-mod lines;
 /// The OpenTelemetry pipeline.
 #[cfg(feature = "otel")]
 mod otel;
-/// The request span, made only when something is written in it.
-pub mod request;
 
 pub use context::TraceParent;
 use deferred::Deferred;
 #[cfg(feature = "otel")]
 pub use otel::install_with_provider;
-use request::OnDemand;
 
 /// What [`init`] set up. [`Telemetry::shutdown`] it last: spans still buffered are exported then.
 #[must_use = "shut telemetry down on exit, or buffered spans are lost"]
@@ -84,8 +78,7 @@ pub fn init(log: &LogConfig, telemetry: Option<&TelemetryConfig>) -> anyhow::Res
 /// `extra` (the OpenTelemetry layer, which filters for itself). Returns whether this call installed the global
 /// subscriber.
 ///
-/// The subscriber makes a request's span only when something is written in it ([`OnDemand`]), and the log
-/// layer sees span fields only when it writes a line inside the span ([`Deferred`]). A filter of
+/// The log layer sees span fields only when it writes a line inside the span ([`Deferred`]). A filter of
 /// targets and levels alone (`info`, `hivegate=debug,sqlx=warn`: every filter but those that name spans or
 /// field values in `[...]`) is a [`Targets`] filter, which decides by a callsite's target and level and
 /// keeps nothing per span; `EnvFilter`, which the others need, keeps every span in a map behind a lock that
@@ -108,19 +101,18 @@ where
                 Some(targets) => log_layer(log).with_filter(targets.and(for_logs)).boxed(),
                 None => log_layer(log).with_filter(EnvFilter::new(spec).and(for_logs)).boxed(),
             };
-            let installed = OnDemand::new(tracing_subscriber::registry().with(extra).with(fmt)).try_init().is_ok();
+            let installed = tracing_subscriber::registry().with(extra).with(fmt).try_init().is_ok();
             if installed {
                 EXPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
             }
             installed
         }
         (None, Some(targets)) => {
-            let subscriber = tracing_subscriber::registry().with(without_export(targets)).with(log_layer(log));
-            OnDemand::new(subscriber).try_init().is_ok()
+            tracing_subscriber::registry().with(without_export(targets)).with(log_layer(log)).try_init().is_ok()
         }
         (None, None) => {
             let filter = EnvFilter::new(format!("{spec},{EXPORT_TARGET}=off"));
-            OnDemand::new(tracing_subscriber::registry().with(filter).with(log_layer(log))).try_init().is_ok()
+            tracing_subscriber::registry().with(filter).with(log_layer(log)).try_init().is_ok()
         }
     }
 }
