@@ -26,6 +26,7 @@ use tower_http::trace::{
 
 use crate::metrics::{HttpLabels, HttpRouteLabels, Refused};
 use crate::state::AppState;
+use crate::telemetry::request::{self, RequestSpan};
 
 /// The connection caps of a listener, in total and per client address.
 pub mod admission;
@@ -226,58 +227,19 @@ fn with_layers(routes: Router<AppState>, state: AppState) -> Router {
         .with_state(state)
 }
 
-/// The span of one request: its route template (never the raw path, which can hold names), method, request
-/// id and status; the MCP endpoint adds the agent, the MCP method and the era once it knows them
-/// ([`crate::mcp::transport`]). It joins the trace of the request's `traceparent` header, if any.
-fn request_span(request: &Request<axum::body::Body>, request_id: &HeaderValue, route: Option<&str>) -> tracing::Span {
-    let request_id = request_id.to_str().unwrap_or("");
-    let route = route.unwrap_or(UNMATCHED);
-    let method = request.method().as_str();
-    let span = tracing::info_span!(
-        "request",
-        otel.name = tracing::field::Empty,
-        otel.kind = tracing::field::Empty,
-        otel.status_code = tracing::field::Empty,
-        method,
-        route,
-        request_id,
-        status = tracing::field::Empty,
-        agent = tracing::field::Empty,
-        mcp.method = tracing::field::Empty,
-        mcp.era = tracing::field::Empty,
-    );
-    // The exported span's name, kind and parent; nothing else uses them, so they are not made otherwise.
-    if crate::telemetry::is_exporting() {
-        span.record("otel.name", format_args!("{method} {route}"));
-        span.record("otel.kind", "server");
-        let parent = crate::telemetry::TraceParent::from_headers(request.headers());
-        crate::telemetry::set_remote_parent(&span, parent.as_ref());
-    }
-    span
-}
-
-/// Records the answer's status on the request span (a 5xx marks it failed), then logs it as tower-http's
-/// trace layer does, in the span: the answer at DEBUG, and a 5xx as a failure at ERROR. The span is
-/// entered only for a line that is written.
-///
-/// The status is a field of the lines written in the span from here on, and of the exported span: it is
-/// recorded only when one of those can follow, so that at the default level an answer that went well costs
-/// no record. After a whole body (not a stream, `is_stream`) nothing is written in the span but the lines
-/// made here.
-fn record_status<B>(response: &axum::http::Response<B>, latency: Duration, span: &tracing::Span, is_stream: bool) {
+/// Records the answer's status on the request span, then logs it as tower-http's trace layer does, in the
+/// span: the answer at DEBUG, and a 5xx as a failure at ERROR (which marks an exported span failed).
+fn record_status<B>(response: &axum::http::Response<B>, latency: Duration, span: Option<&RequestSpan>) {
     let status = response.status();
-    let is_answer_logged = tracing::enabled!(target: "tower_http::trace::on_response", tracing::Level::DEBUG);
-    if is_stream || is_answer_logged || status.is_server_error() || crate::telemetry::is_exporting() {
-        span.record("status", status.as_u16());
+    if let Some(span) = span {
+        span.record_status(status.as_u16(), status.is_server_error());
     }
-    if is_answer_logged {
-        span.in_scope(|| DefaultOnResponse::default().on_response(response, latency, span));
+    if tracing::enabled!(target: "tower_http::trace::on_response", tracing::Level::DEBUG) {
+        request::in_scope(span, || DefaultOnResponse::default().on_response(response, latency, &tracing::Span::none()));
     }
     if status.is_server_error() {
-        span.record("otel.status_code", "error");
-        span.in_scope(|| {
-            DefaultOnFailure::default().on_failure(ServerErrorsFailureClass::StatusCode(status), latency, span);
-        });
+        let failure = ServerErrorsFailureClass::StatusCode(status);
+        request::in_scope(span, || DefaultOnFailure::default().on_failure(failure, latency, &tracing::Span::none()));
     }
 }
 
@@ -292,9 +254,10 @@ const SECRET_HEADERS: [HeaderName; 2] = [header::AUTHORIZATION, auth::KEY_HEADER
 /// wrapper:
 /// - the secrets among the header fields are marked sensitive ([`SECRET_HEADERS`]);
 /// - the request gets an id: the client's `x-request-id`, else a new UUID, which the answer carries back;
-/// - the request runs in its trace span ([`request_span`]), which records the answer's status and logs it
-///   as tower-http's trace layer does (a started and a finished event at DEBUG, a 5xx at ERROR); a stream's
-///   body is polled in the span too;
+/// - the request runs in its trace span ([`RequestSpan`]: its route template, never the raw path, which can
+///   hold names; method, request id and status; the MCP endpoint's agent, MCP method and era), which records
+///   the answer's status and logs it as tower-http's trace layer does (a started and a finished event at
+///   DEBUG, a 5xx at ERROR); a stream's body is polled in the span too;
 /// - the request target and header fields are checked before anything else looks at them
 ///   ([`request_limits::refuse_head`]);
 /// - a request that takes longer than `http.request_timeout_ms` is cut off with 408 rather than holding
@@ -340,11 +303,6 @@ where
             id
         }
     };
-    let span = request_span(&request, &request_id, route);
-    // The line is DEBUG: at the default level neither it nor entering the span for it is needed.
-    if tracing::enabled!(target: "tower_http::trace::on_request", tracing::Level::DEBUG) {
-        span.in_scope(|| DefaultOnRequest::default().on_request(&request, &span));
-    }
     let is_mcp = request_limits::is_mcp(route);
     // The MCP route's label is the constant itself: no copy of it for each request.
     let route = match route {
@@ -352,24 +310,24 @@ where
         Some(route) => Cow::Owned(route.to_owned()),
         None => Cow::Borrowed(UNMATCHED),
     };
+    let mut span = RequestSpan::new(&request, route.clone(), request_id.clone());
+    if tracing::enabled!(target: "tower_http::trace::on_request", tracing::Level::DEBUG) {
+        request::in_scope(span.as_ref(), || DefaultOnRequest::default().on_request(&request, &tracing::Span::none()));
+    }
     let method = crate::metrics::method_label(request.method());
     let mut response = match request_limits::refuse_head(&state.config.limits, is_mcp, &request) {
         Some(refusal) => refusal,
         None => {
             let limit = Duration::from_millis(state.config.http.request_timeout_ms);
-            // Each poll in the span, which stays here: `Instrumented` would need a handle of its own on it
-            // (two lookups of the span) and enters it once more to drop the finished future.
+            // Each poll in the span, which the request's future holds (`&mut`: it is not `Sync`).
             let mut answer = std::pin::pin!(request_limits::within(limit, is_mcp, run(request)));
-            std::future::poll_fn(|context| {
-                let _entered = span.enter();
-                answer.as_mut().poll(context)
-            })
-            .await
+            let span = &mut span;
+            std::future::poll_fn(move |context| request::in_scope(span.as_ref(), || answer.as_mut().poll(context)))
+                .await
         }
     };
     let latency = started.elapsed();
-    let is_stream = response.body().size_hint().exact().is_none();
-    record_status(&response, latency, &span, is_stream);
+    record_status(&response, latency, span.as_ref());
     let metrics = &state.metrics;
     let labels = HttpRouteLabels { route, method };
     metrics.http_duration.with(&labels, |histogram| histogram.observe(latency.as_secs_f64()));
@@ -384,7 +342,9 @@ where
         response.headers_mut().insert(REQUEST_ID, request_id);
     }
     // A stream's events are produced while its body is polled, long after the answer's head: in the span.
-    if is_stream && !span.is_disabled() {
+    if let Some(span) = span
+        && response.body().size_hint().exact().is_none()
+    {
         response = response.map(|body| axum::body::Body::new(InSpan { body, span }));
     }
     response
@@ -400,7 +360,7 @@ fn new_request_id() -> HeaderValue {
 /// A response body polled in its request's span.
 struct InSpan {
     body: axum::body::Body,
-    span: tracing::Span,
+    span: RequestSpan,
 }
 
 impl http_body::Body for InSpan {
@@ -412,8 +372,7 @@ impl http_body::Body for InSpan {
         context: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let this = self.get_mut();
-        let _entered = this.span.enter();
-        std::pin::Pin::new(&mut this.body).poll_frame(context)
+        this.span.in_scope(|| std::pin::Pin::new(&mut this.body).poll_frame(context))
     }
 
     fn is_end_stream(&self) -> bool {

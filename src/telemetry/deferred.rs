@@ -307,44 +307,13 @@ where
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
     use tracing::{Level, Subscriber};
     use tracing_subscriber::Layer;
     use tracing_subscriber::filter::Targets;
-    use tracing_subscriber::fmt::MakeWriter;
     use tracing_subscriber::layer::SubscriberExt as _;
 
     use super::Deferred;
-
-    /// Every line written, into one buffer.
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl Lines {
-        fn text(&self) -> String {
-            String::from_utf8(self.0.lock().map(|bytes| bytes.clone()).unwrap_or_default()).unwrap_or_default()
-        }
-    }
-
-    impl std::io::Write for Lines {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().map_err(|_| std::io::Error::other("poisoned"))?.extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl<'a> MakeWriter<'a> for Lines {
-        type Writer = Lines;
-
-        fn make_writer(&'a self) -> Self::Writer {
-            self.clone()
-        }
-    }
+    use crate::telemetry::lines::Lines;
 
     /// What the server's spans and events look like: a request span with values at its start and later, an
     /// MCP span in it, a span that only has empty fields, events at and below the level, and a span in which

@@ -12,9 +12,12 @@
 //! [`TraceParent`]: crate::telemetry::TraceParent
 
 use tracing::Span;
+use tracing::span::{Attributes, Id, Record};
+use tracing::subscriber::Interest;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::filter::{FilterExt as _, LevelFilter, Targets, filter_fn};
+use tracing_subscriber::layer::Context;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
@@ -24,14 +27,20 @@ use crate::config::{LogConfig, LogFormat, TelemetryConfig};
 pub mod context;
 /// Span fields formatted only for the lines that show them.
 mod deferred;
+/// A log writer for tests.
+#[cfg(test)]
+mod lines;
 /// The OpenTelemetry pipeline.
 #[cfg(feature = "otel")]
 mod otel;
+/// The request span, made only when something is written in it.
+pub mod request;
 
 pub use context::TraceParent;
 use deferred::Deferred;
 #[cfg(feature = "otel")]
 pub use otel::install_with_provider;
+use request::OnDemand;
 
 /// What [`init`] set up. [`Telemetry::shutdown`] it last: spans still buffered are exported then.
 #[must_use = "shut telemetry down on exit, or buffered spans are lost"]
@@ -78,7 +87,8 @@ pub fn init(log: &LogConfig, telemetry: Option<&TelemetryConfig>) -> anyhow::Res
 /// `extra` (the OpenTelemetry layer, which filters for itself). Returns whether this call installed the global
 /// subscriber.
 ///
-/// The log layer sees span fields only when it writes a line inside the span ([`Deferred`]). A filter of
+/// The subscriber makes a request's span only when something is written in it ([`OnDemand`]), and the log
+/// layer sees span fields only when it writes a line inside the span ([`Deferred`]). A filter of
 /// targets and levels alone (`info`, `hivegate=debug,sqlx=warn`: every filter but those that name spans or
 /// field values in `[...]`) is a [`Targets`] filter, which decides by a callsite's target and level and
 /// keeps nothing per span; `EnvFilter`, which the others need, keeps every span in a map behind a lock that
@@ -98,9 +108,10 @@ where
         (Some(extra), targets) => {
             let for_logs = filter_fn(|metadata| metadata.target() != EXPORT_TARGET);
             let fmt = match targets {
-                Some(targets) => log_layer(log).with_filter(targets.and(for_logs)).boxed(),
-                None => log_layer(log).with_filter(EnvFilter::new(spec).and(for_logs)).boxed(),
+                Some(targets) => log_layer(log).with_filter(AlwaysAsked(targets.and(for_logs))).boxed(),
+                None => log_layer(log).with_filter(AlwaysAsked(EnvFilter::new(spec).and(for_logs))).boxed(),
             };
+            // Spans are made at once when they are exported: no `OnDemand`.
             let installed = tracing_subscriber::registry().with(extra).with(fmt).try_init().is_ok();
             if installed {
                 EXPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -108,12 +119,63 @@ where
             installed
         }
         (None, Some(targets)) => {
-            tracing_subscriber::registry().with(without_export(targets)).with(log_layer(log)).try_init().is_ok()
+            let subscriber = tracing_subscriber::registry().with(without_export(targets)).with(log_layer(log));
+            OnDemand::new(subscriber).try_init().is_ok()
         }
         (None, None) => {
             let filter = EnvFilter::new(format!("{spec},{EXPORT_TARGET}=off"));
-            tracing_subscriber::registry().with(filter).with(log_layer(log)).try_init().is_ok()
+            OnDemand::new(tracing_subscriber::registry().with(filter).with(log_layer(log))).try_init().is_ok()
         }
+    }
+}
+
+/// A log layer's own filter (beside the OpenTelemetry layer, which wants other spans), asked about every span
+/// and event, never only once for its callsite.
+///
+/// tracing-subscriber hands a per-layer filter's answer from `enabled` to the creation of the span or event
+/// through thread-local state. A callsite every layer always wants is made without `enabled` being called,
+/// so its creation would read whatever an earlier call left there: after a bare `tracing::enabled!` check
+/// (ours, or sqlx's after each query) of something the log layer does not want, the next such span or event
+/// was left out of the logs (tokio-rs/tracing#2519). Capping the filter's interest at "sometimes" has every
+/// one asked first.
+struct AlwaysAsked<F>(F);
+
+impl<S, F: tracing_subscriber::layer::Filter<S>> tracing_subscriber::layer::Filter<S> for AlwaysAsked<F> {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>, context: &Context<'_, S>) -> bool {
+        self.0.enabled(metadata, context)
+    }
+
+    fn callsite_enabled(&self, metadata: &'static tracing::Metadata<'static>) -> Interest {
+        let interest = self.0.callsite_enabled(metadata);
+        if interest.is_always() { Interest::sometimes() } else { interest }
+    }
+
+    fn event_enabled(&self, event: &tracing::Event<'_>, context: &Context<'_, S>) -> bool {
+        self.0.event_enabled(event, context)
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        self.0.max_level_hint()
+    }
+
+    fn on_new_span(&self, attributes: &Attributes<'_>, id: &Id, context: Context<'_, S>) {
+        self.0.on_new_span(attributes, id, context);
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, context: Context<'_, S>) {
+        self.0.on_record(id, values, context);
+    }
+
+    fn on_enter(&self, id: &Id, context: Context<'_, S>) {
+        self.0.on_enter(id, context);
+    }
+
+    fn on_exit(&self, id: &Id, context: Context<'_, S>) {
+        self.0.on_exit(id, context);
+    }
+
+    fn on_close(&self, id: Id, context: Context<'_, S>) {
+        self.0.on_close(id, context);
     }
 }
 
@@ -190,7 +252,39 @@ mod tests {
     use tracing::Level;
     use tracing::level_filters::LevelFilter;
 
-    use super::{EXPORT_TARGET, static_filter, without_export};
+    use tracing::Subscriber;
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::filter::Targets;
+    use tracing_subscriber::layer::{Identity, SubscriberExt as _};
+
+    use super::lines::Lines;
+    use super::{AlwaysAsked, EXPORT_TARGET, static_filter, without_export};
+
+    /// A log layer beside a layer that wants everything (as the OpenTelemetry layer does), filtered as the
+    /// server filters it when traces are exported; its lines into `lines`.
+    fn beside_an_export(lines: &Lines) -> impl Subscriber + Send + Sync + 'static {
+        let log = tracing_subscriber::fmt::layer().without_time().with_ansi(false).with_target(false);
+        let log = log.with_writer(lines.clone()).with_filter(AlwaysAsked(Targets::new().with_default(Level::INFO)));
+        tracing_subscriber::registry().with(Identity::new()).with(log)
+    }
+
+    /// What the log layer writes of a span made right after a bare check of something it leaves out.
+    fn after_a_bare_check(subscriber: impl Subscriber + Send + Sync + 'static, lines: &Lines) -> String {
+        tracing::subscriber::with_default(subscriber, || {
+            // Leaves the log filter's "no" behind, as sqlx's checks after each query do.
+            assert!(tracing::enabled!(Level::DEBUG), "the other layer wants everything");
+            let span = tracing::info_span!("request", request_id = "req-1");
+            span.in_scope(|| tracing::warn!("inside"));
+        });
+        lines.text()
+    }
+
+    #[test]
+    fn beside_an_export_a_span_made_after_a_bare_check_is_in_the_logs() {
+        let lines = Lines::default();
+        let text = after_a_bare_check(beside_an_export(&lines), &lines);
+        assert_eq!(text, " WARN request{request_id=\"req-1\"}: inside\n");
+    }
 
     #[test]
     fn export_spans_stay_out_of_the_logs_at_any_level() {

@@ -9,7 +9,7 @@ use crate::helpers::{
 use crate::live_client::Legacy;
 
 both!(operator_token_is_generated_once, the_operator_token_rotates, concurrent_migrations, sigterm_exits_cleanly);
-both!(log_lines_name_the_request_and_the_agent);
+both!(log_lines_name_the_request_and_the_agent, at_the_default_level_a_line_in_a_request_names_it);
 
 /// The `hgo_...` token in `text`, if any.
 fn generated_tokens(text: &str) -> Vec<String> {
@@ -258,6 +258,57 @@ async fn log_lines_name_the_request_and_the_agent(backend: Backend) {
     assert_eq!(unparsed["span"]["agent"], "bot", "{unparsed}");
     assert!(unparsed["span"].get("mcp.method").is_none(), "{unparsed}");
     assert!(!stderr.contains(&key), "the key reached the log");
+}
+
+/// At the default level a request that goes well writes no line, and its span is made only when something
+/// is written in it: then the line carries every field the span was given so far.
+async fn at_the_default_level_a_line_in_a_request_names_it(backend: Backend) {
+    let db = TestDatabase::new(backend).await;
+    let mut process = HivegateProcess::start_with_env(db.url(), Some(OPERATOR_TOKEN), &[("RUST_LOG", "info")]).await;
+    process.create_agent("bot").await;
+    let key = process.issue_key("bot", &["mcp"]).await.key;
+    // A template whose text compiles but cannot render: reading it logs a warning, in the request.
+    let template = json!({"uriTemplate": "broken://{id}", "name": "broken", "text": "{{ id + 1 }}"});
+    let response =
+        process.op(Method::PUT, "/admin/v1/agents/bot/resource-templates").json(&template).send().await.unwrap();
+    expect_json(response, StatusCode::CREATED).await;
+    let read = json!({"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {"uri": "broken://7"}});
+    let response = process
+        .with_key(Method::POST, "/bot/mcp", &key)
+        .header("x-request-id", "req-broken")
+        .json(&read)
+        .send()
+        .await
+        .unwrap();
+    let answer = expect_json(response, StatusCode::OK).await;
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "resources/list"});
+    let response =
+        process.with_key(Method::POST, "/bot/mcp", &key).header("x-request-id", "req-fine").json(&list).send().await;
+    expect_json(response.unwrap(), StatusCode::OK).await;
+    assert!(process.terminate().await.success(), "{}", process.logs());
+
+    let stderr = process.stderr();
+    let lines: Vec<serde_json::Value> =
+        stderr.lines().filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok()).collect();
+    let warning = lines
+        .iter()
+        .find(|line| line["message"] == "template text failed to render")
+        .unwrap_or_else(|| panic!("no line of the failed render:\n{stderr}"));
+    assert_eq!(warning["level"], "WARN", "{warning}");
+    let span = &warning["span"];
+    assert_eq!(span["name"], "request", "{warning}");
+    assert_eq!(span["request_id"], "req-broken", "{warning}");
+    assert_eq!(span["method"], "POST", "{warning}");
+    assert_eq!(span["route"], "/{agent_id}/mcp", "{warning}");
+    assert_eq!(span["agent"], "bot", "{warning}");
+    assert_eq!(span["mcp.method"], "resources/read", "{warning}");
+    assert_eq!(span["mcp.era"], "legacy", "{warning}");
+    // Not answered yet when the line was written.
+    assert!(span.get("status").is_none(), "{warning}");
+    assert_eq!(warning["spans"].as_array().map(Vec::len), Some(1), "{warning}");
+    // A request that went well wrote nothing.
+    assert!(!stderr.contains("req-fine"), "{stderr}");
 }
 
 /// The receiving end of a channel as a stream (for a request body sent piece by piece).
