@@ -185,6 +185,30 @@ pub(crate) fn params<T: DeserializeOwned>(params: Option<&Value>) -> Result<T, M
     parsed.map_err(|error| McpError::InvalidParams(error.to_string()))
 }
 
+/// A request's `params._meta`, checked to be an object (or `null`) as the SDK's params types check it, its
+/// members skipped rather than copied: what the server reads of `_meta` (the era's fields, a trace context)
+/// it reads from the message's params in place.
+pub(crate) struct MetaShape;
+
+impl<'de> serde::Deserialize<'de> for MetaShape {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Members;
+        impl<'de> serde::de::Visitor<'de> for Members {
+            type Value = MetaShape;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("a map")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<MetaShape, A::Error> {
+                while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+                Ok(MetaShape)
+            }
+        }
+        deserializer.deserialize_map(Members)
+    }
+}
+
 /// Checks params a method takes nothing from: absent, or any object (-32602 otherwise).
 pub(crate) fn no_params(params: Option<&Value>) -> Result<(), McpError> {
     match params {
@@ -252,5 +276,28 @@ mod tests {
             assert_eq!(String::from_utf8(out).expect("utf8"), expected);
             assert_eq!(items.json_len(), expected.len());
         }
+    }
+
+    /// The params the read, prompt and list methods take: `_meta` must be an object or `null`, as the SDK's
+    /// params types have it, and anything else in it or beside the fields is let be.
+    #[test]
+    fn params_take_meta_as_an_object_and_read_their_own_fields() {
+        let parse = |json: &str| {
+            let value: Value = serde_json::from_str(json).expect("json");
+            read::ReadResource::parse(Some(&value)).map(|_| ())
+        };
+        let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","x":[{"y":null}]}"#;
+        assert!(parse(&format!(r#"{{"uri":"a://b",{meta},"other":1}}"#)).is_ok());
+        assert!(parse(r#"{"uri":"a://b","_meta":null}"#).is_ok());
+        for bad in
+            [r#"{"uri":"a://b","_meta":5}"#, r#"{"uri":"a://b","_meta":["x"]}"#, r#"{"_meta":{}}"#, r#"{"uri":7}"#]
+        {
+            let error = parse(bad).err().unwrap_or_else(|| panic!("{bad} was taken"));
+            assert!(matches!(error, McpError::InvalidParams(_)), "{bad}: {error:?}");
+        }
+        let value: Value = serde_json::from_str(r#"{"_meta":"x"}"#).expect("json");
+        assert!(matches!(resources::cursor(Some(&value)), Err(McpError::InvalidParams(_))));
+        let value: Value = serde_json::from_str(r#"{"_meta":{"a":1},"cursor":"c"}"#).expect("json");
+        assert_eq!(resources::cursor(Some(&value)).ok().flatten().as_deref(), Some("c"));
     }
 }

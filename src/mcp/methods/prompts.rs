@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::resources::{List, McpCollection};
-use super::{McpMethod, find_compiled, params, render_bounded};
+use super::{McpMethod, MetaShape, find_compiled, params, render_bounded};
 use crate::domain::PromptName;
 use crate::domain::content::template_sources;
 use crate::domain::model::{Prompt, Role};
@@ -15,9 +15,7 @@ use crate::domain::prompt::{compile_messages, render_messages};
 use crate::domain::render::Compiled;
 use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
-use crate::mcp::types::{
-    ContentBlock, GetPromptRequestParams, GetPromptResult, McpPrompt, McpPromptArgument, McpPromptMessage, McpRole,
-};
+use crate::mcp::types::{ContentBlock, GetPromptResult, McpPrompt, McpPromptArgument, McpPromptMessage, McpRole};
 use crate::metrics::ConfiguredLimit;
 use crate::registry::cache::Key;
 use crate::registry::collection::Prompts;
@@ -100,11 +98,21 @@ pub struct GetPrompt {
     arguments: BTreeMap<String, String>,
 }
 
+/// The params of `prompts/get` this server reads (the SDK's type would copy `_meta` out of them).
+#[derive(serde::Deserialize)]
+struct GetParams {
+    #[serde(rename = "_meta", default)]
+    _meta: Option<MetaShape>,
+    name: String,
+    #[serde(default)]
+    arguments: Option<serde_json::Map<String, Value>>,
+}
+
 impl McpMethod for GetPrompt {
     type Output = GetPromptResult;
 
     fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
-        let parsed: GetPromptRequestParams = params(raw)?;
+        let parsed: GetParams = params(raw)?;
         let given = parsed.arguments.unwrap_or_default();
         if given.len() > MAX_ARGUMENTS {
             return Err(over_limit(format!("{} arguments given; at most {MAX_ARGUMENTS} are allowed", given.len())));

@@ -9,13 +9,13 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{Answer, Items, McpMethod, find_compiled, params, render_bounded};
+use super::{Answer, Items, McpMethod, MetaShape, find_compiled, params, render_bounded};
 use crate::domain::model::{Content, Resource, ResourceTemplate};
 use crate::domain::render::Compiled;
 use crate::domain::{ResourceUri, UriTemplate};
 use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
-use crate::mcp::types::{ReadResourceRequestParams, ReadResult, ResourceContents};
+use crate::mcp::types::{ReadResult, ResourceContents};
 use crate::mcp::uri_match::{MatchBudget, match_uri_within};
 use crate::metrics::ConfiguredLimit;
 use crate::registry::cache::{Key, Loaded};
@@ -46,11 +46,19 @@ pub struct ReadResource {
     uri: String,
 }
 
+/// The params of `resources/read` this server reads (the SDK's type would copy `_meta` out of them).
+#[derive(serde::Deserialize)]
+struct ReadParams {
+    #[serde(rename = "_meta", default)]
+    _meta: Option<MetaShape>,
+    uri: String,
+}
+
 impl McpMethod for ReadResource {
     type Output = Answer;
 
     fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
-        let parsed: ReadResourceRequestParams = params(raw)?;
+        let parsed: ReadParams = params(raw)?;
         // Not a URI a resource could have (relative, malformed, longer than any may be): invalid params,
         // rather than a not-found, answered without touching the store or the cache.
         ResourceUri::parse(&parsed.uri).map_err(|error| McpError::InvalidParams(error.0))?;

@@ -9,14 +9,12 @@ use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{Answer, Items, McpMethod, params};
+use super::{Answer, Items, McpMethod, MetaShape, params};
 use crate::domain::model::{Resource, ResourceTemplate};
 use crate::domain::time::Timestamp;
 use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
-use crate::mcp::types::{
-    Annotations, ListResult, McpResource, McpResourceTemplate, MetaObject, PaginatedRequestParams,
-};
+use crate::mcp::types::{Annotations, ListResult, McpResource, McpResourceTemplate, MetaObject};
 use crate::registry::cache::{Key, Loaded};
 use crate::registry::collection::{Collection, Resources, Templates};
 use crate::registry::cursor::ListKind;
@@ -116,9 +114,18 @@ where
     Ok(Answer::Around { outline, items: Items::Page(page) })
 }
 
+/// The params of a list request this server reads (the SDK's type would copy `_meta` out of them).
+#[derive(serde::Deserialize)]
+struct PageParams {
+    #[serde(rename = "_meta", default)]
+    _meta: Option<MetaShape>,
+    #[serde(default)]
+    cursor: Option<String>,
+}
+
 /// The cursor of a list request (`_meta` and unknown fields are ignored).
 pub(crate) fn cursor(raw: Option<&Value>) -> Result<Option<String>, McpError> {
-    let parsed: PaginatedRequestParams = params(raw)?;
+    let parsed: PageParams = params(raw)?;
     Ok(parsed.cursor)
 }
 
