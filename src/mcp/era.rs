@@ -8,6 +8,8 @@
 //! 2. Otherwise **legacy**: the header, when present, must be a served legacy revision (-32022); without it
 //!    (and without a session) the revision is 2025-03-26, the only one whose requests may be batched.
 
+use std::borrow::Cow;
+
 use axum::http::HeaderMap;
 use serde_json::{Map, Value};
 
@@ -48,7 +50,7 @@ pub fn detect(headers: &HeaderMap, message: &Message) -> Result<Era, McpError> {
     };
     match meta_version {
         None => {}
-        Some(Value::String(version)) if *version == protocol => {}
+        Some(Value::String(version)) if *version == *protocol => {}
         Some(Value::String(version)) => {
             return Err(McpError::HeaderMismatch(format!(
                 "MCP-Protocol-Version header {protocol:?} does not match _meta protocolVersion {version:?}"
@@ -57,7 +59,7 @@ pub fn detect(headers: &HeaderMap, message: &Message) -> Result<Era, McpError> {
         Some(_) => return Err(McpError::InvalidMeta(format!("_meta {:?} must be a string", meta::PROTOCOL_VERSION))),
     }
     if protocol != MODERN_VERSION {
-        return Err(McpError::UnsupportedVersion { requested: protocol });
+        return Err(McpError::UnsupportedVersion { requested: protocol.into_owned() });
     }
     match message {
         Message::Response => Err(McpError::InvalidRequest("2026-07-28 clients send no JSON-RPC responses".to_owned())),
@@ -85,8 +87,8 @@ pub fn detect_batch(headers: &HeaderMap, messages: &[Result<Message, Malformed>]
     match mirrored(headers, &header::PROTOCOL_VERSION, false)? {
         None => {}
         Some(version) if version == DEFAULT_LEGACY_VERSION => {}
-        Some(version) if !SUPPORTED_VERSIONS.contains(&version.as_str()) => {
-            return Err(McpError::UnsupportedVersion { requested: version });
+        Some(version) if !SUPPORTED_VERSIONS.contains(&version.as_ref()) => {
+            return Err(McpError::UnsupportedVersion { requested: version.into_owned() });
         }
         Some(version) => {
             return Err(McpError::InvalidRequest(format!("protocol version {version} does not allow batches")));
@@ -109,16 +111,16 @@ pub fn of_session(version: &str) -> Option<Era> {
     LEGACY_VERSIONS.iter().find(|known| **known == version).map(|version| Era::Legacy { version })
 }
 
-fn legacy(protocol: Option<String>) -> Result<Era, McpError> {
+fn legacy(protocol: Option<Cow<'_, str>>) -> Result<Era, McpError> {
     // Without a header the default is 2025-03-26; a session's negotiated version replaces it (`of_session`).
     let Some(protocol) = protocol else {
         return Ok(Era::Legacy { version: DEFAULT_LEGACY_VERSION });
     };
     LEGACY_VERSIONS
         .iter()
-        .find(|version| **version == protocol)
+        .find(|version| **version == protocol.as_ref())
         .map(|version| Era::Legacy { version })
-        .ok_or(McpError::UnsupportedVersion { requested: protocol })
+        .ok_or_else(|| McpError::UnsupportedVersion { requested: protocol.into_owned() })
 }
 
 fn check_method_header(method: &str, call: &Call) -> Result<(), McpError> {

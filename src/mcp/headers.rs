@@ -1,6 +1,8 @@
 //! Request headers of the Streamable HTTP transport: reading `Mcp-Method`/`Mcp-Name` (with the
 //! `=?base64?…?=` sentinel encoding) and choosing the response format from `Accept`.
 
+use std::borrow::Cow;
+
 use axum::http::{HeaderMap, HeaderName};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -26,7 +28,7 @@ pub fn reply_format(headers: &HeaderMap) -> Result<ReplyFormat, McpError> {
     let Some(accept) = Accept::of(headers) else {
         return Ok(ReplyFormat::Json);
     };
-    match (accept.allows(&JSON_RANGES), accept.allows(&EVENT_STREAM_RANGES)) {
+    match (accept.json, accept.event_stream) {
         (true, _) => Ok(ReplyFormat::Json),
         (false, true) => Ok(ReplyFormat::EventStream),
         (false, false) => Err(McpError::NotAcceptable),
@@ -35,39 +37,39 @@ pub fn reply_format(headers: &HeaderMap) -> Result<ReplyFormat, McpError> {
 
 /// Whether `Accept` allows an event stream (absent allows anything): a `GET` stream or a listen needs it.
 pub fn accepts_event_stream(headers: &HeaderMap) -> bool {
-    Accept::of(headers).is_none_or(|accept| accept.allows(&EVENT_STREAM_RANGES))
+    Accept::of(headers).is_none_or(|accept| accept.event_stream)
 }
 
-/// The `Accept` of a request: the media ranges it names whose `q` is above zero, lower-cased. The one
-/// place `Accept` is parsed.
+/// What the `Accept` of a request allows: whether one of the media ranges it names with a `q` above zero
+/// answers with JSON, and whether one takes an event stream. The one place `Accept` is parsed; read in
+/// place, since every MCP request carries it.
 struct Accept {
-    allowed: Vec<String>,
+    json: bool,
+    event_stream: bool,
 }
 
 impl Accept {
     /// `None` when the request names no media range (no `Accept`, or an empty one): anything goes.
     fn of(headers: &HeaderMap) -> Option<Self> {
-        let mut ranges = headers
-            .get_all(axum::http::header::ACCEPT)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|value| value.split(','))
-            .filter_map(media_range)
-            .peekable();
-        ranges.peek()?;
-        Some(Self { allowed: ranges.filter(|(_, quality_allows)| *quality_allows).map(|(range, _)| range).collect() })
-    }
-
-    /// Whether it allows any of `ranges`.
-    fn allows(&self, ranges: &[&str]) -> bool {
-        self.allowed.iter().any(|range| ranges.contains(&range.as_str()))
+        let mut named = false;
+        let mut accept = Self { json: false, event_stream: false };
+        let values = headers.get_all(axum::http::header::ACCEPT).iter().filter_map(|value| value.to_str().ok());
+        for (range, quality_allows) in values.flat_map(|value| value.split(',')).filter_map(media_range) {
+            named = true;
+            if quality_allows {
+                let is = |ranges: &[&str]| ranges.iter().any(|known| range.eq_ignore_ascii_case(known));
+                accept.json |= is(&JSON_RANGES);
+                accept.event_stream |= is(&EVENT_STREAM_RANGES);
+            }
+        }
+        named.then_some(accept)
     }
 }
 
-/// One `Accept` member: the lower-cased media range and whether its `q` is above zero.
-fn media_range(member: &str) -> Option<(String, bool)> {
+/// One `Accept` member: the media range (compared without regard to case) and whether its `q` is above zero.
+fn media_range(member: &str) -> Option<(&str, bool)> {
     let mut parts = member.split(';');
-    let range = parts.next()?.trim().to_ascii_lowercase();
+    let range = parts.next()?.trim();
     if range.is_empty() {
         return None;
     }
@@ -80,7 +82,12 @@ fn media_range(member: &str) -> Option<(String, bool)> {
 
 /// The value of a mirrored header, decoded: `None` when absent; a -32020 error when it is not visible ASCII
 /// or a malformed `=?base64?…?=` value. `encoded` says whether the sentinel encoding applies (`Mcp-Name`).
-pub fn mirrored(headers: &HeaderMap, name: &HeaderName, encoded: bool) -> Result<Option<String>, McpError> {
+/// Borrowed from the header unless it was encoded.
+pub fn mirrored<'a>(
+    headers: &'a HeaderMap,
+    name: &HeaderName,
+    encoded: bool,
+) -> Result<Option<Cow<'a, str>>, McpError> {
     let Some(value) = headers.get(name) else {
         return Ok(None);
     };
@@ -88,16 +95,16 @@ pub fn mirrored(headers: &HeaderMap, name: &HeaderName, encoded: bool) -> Result
         .to_str()
         .map_err(|_| McpError::HeaderMismatch(format!("{name} header contains characters outside visible ASCII")))?;
     if !encoded {
-        return Ok(Some(text.to_owned()));
+        return Ok(Some(Cow::Borrowed(text)));
     }
     decode_sentinel(text).map(Some).ok_or_else(|| McpError::HeaderMismatch(format!("{name} header is malformed")))
 }
 
 /// Decodes `=?base64?{value}?=` (markers case-sensitive, as the specification says); plain values pass through.
-pub fn decode_sentinel(value: &str) -> Option<String> {
+pub fn decode_sentinel(value: &str) -> Option<Cow<'_, str>> {
     match value.strip_prefix("=?base64?").and_then(|rest| rest.strip_suffix("?=")) {
-        Some(encoded) => STANDARD.decode(encoded).ok().and_then(|bytes| String::from_utf8(bytes).ok()),
-        None => Some(value.to_owned()),
+        Some(encoded) => STANDARD.decode(encoded).ok().and_then(|bytes| String::from_utf8(bytes).ok()).map(Cow::Owned),
+        None => Some(Cow::Borrowed(value)),
     }
 }
 
@@ -120,6 +127,13 @@ pub(crate) mod tests {
         assert_eq!(accept("application/json;q=0, text/event-stream").ok(), Some(ReplyFormat::EventStream));
         assert!(matches!(accept("text/html"), Err(McpError::NotAcceptable)));
         assert_eq!(accept("Application/JSON; charset=utf-8").ok(), Some(ReplyFormat::Json));
+        assert_eq!(accept("TEXT/Event-Stream").ok(), Some(ReplyFormat::EventStream));
+        assert_eq!(accept("application/json;q=0, */*;q=0.1").ok(), Some(ReplyFormat::Json));
+        assert_eq!(accept(" , text/*").ok(), Some(ReplyFormat::EventStream));
+        assert!(matches!(accept("application/json;q=0, text/event-stream;Q=0"), Err(McpError::NotAcceptable)));
+        // Named, but nothing with a `q` above zero: neither format, not "anything".
+        assert!(matches!(accept("*/*;q=0"), Err(McpError::NotAcceptable)));
+        assert_eq!(accept(" , ").ok(), Some(ReplyFormat::Json), "no media range named");
     }
 
     /// Headers holding `name: value`.

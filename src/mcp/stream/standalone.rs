@@ -100,9 +100,9 @@ fn last_event_id(headers: &HeaderMap) -> Option<Option<EventId>> {
 fn check_version(headers: &HeaderMap) -> Result<(), McpError> {
     match mirrored(headers, &mcp_header::PROTOCOL_VERSION, false)? {
         None => Ok(()),
-        Some(version) if LEGACY_VERSIONS.contains(&version.as_str()) => Ok(()),
-        Some(version) if version.as_str() > LEGACY_VERSIONS[0] => Err(McpError::HttpMethodNotAllowed),
-        Some(version) => Err(McpError::UnsupportedVersion { requested: version }),
+        Some(version) if LEGACY_VERSIONS.contains(&version.as_ref()) => Ok(()),
+        Some(version) if version.as_ref() > LEGACY_VERSIONS[0] => Err(McpError::HttpMethodNotAllowed),
+        Some(version) => Err(McpError::UnsupportedVersion { requested: version.into_owned() }),
     }
 }
 
