@@ -87,17 +87,18 @@ pub fn init(log: &LogConfig, telemetry: Option<&TelemetryConfig>) -> anyhow::Res
 /// `extra` (the OpenTelemetry layer, which filters for itself). Returns whether this call installed the global
 /// subscriber.
 ///
-/// The subscriber makes a request's span only when something is written in it ([`OnDemand`]), and the log
-/// layer sees span fields only when it writes a line inside the span ([`Deferred`]). A filter of
-/// targets and levels alone (`info`, `hivegate=debug,sqlx=warn`: every filter but those that name spans or
-/// field values in `[...]`) is a [`Targets`] filter, which decides by a callsite's target and level and
-/// keeps nothing per span; `EnvFilter`, which the others need, keeps every span in a map behind a lock that
-/// each span's creation, entry, exit and close take.
+/// Unless spans are exported, the subscriber makes a request's span only when something is written in it
+/// ([`OnDemand`]); the log layer sees span fields only when it writes a line inside the span ([`Deferred`]).
+/// A filter of targets and levels alone (`info`, `hivegate=debug,sqlx=warn`: every filter but those that
+/// name spans or field values in `[...]`) is a [`Targets`] filter, which decides by a callsite's target and
+/// level and keeps nothing per span; `EnvFilter`, which the others need, keeps every span in a map behind a
+/// lock that each span's creation, entry, exit and close take.
 ///
 /// Without `extra` the log filter is the subscriber's own: what it leaves out is never made, and a span
 /// costs no per-layer bookkeeping. A filter of the log layer alone (with `extra`, which wants other spans)
 /// looks the span up again on each of its creation, entries, exits, records and close, to tell whether it
-/// is the log layer's: about a tenth of the request path's own time at the default level (bench/README.md).
+/// is the log layer's: about a tenth of the request path's own time at the default level (bench/README.md);
+/// and it is asked about every span and event, never only once per callsite ([`AlwaysAsked`]).
 fn install<L>(log: &LogConfig, extra: Option<L>) -> bool
 where
     L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync,
