@@ -305,7 +305,7 @@ async fn requests_without_trace_context_start_a_trace(backend: Backend) {
     assert_ne!(traces[0], traces[1], "each request starts a trace of its own");
 }
 
-both!(spans_are_exported_over_otlp_and_flushed_at_shutdown);
+both!(spans_are_exported_over_otlp_and_flushed_at_shutdown, with_an_export_a_line_in_a_request_names_it);
 
 /// What an OTLP/HTTP collector received: (path, content type, body) of each POST.
 type Received = Arc<Mutex<Vec<(String, String, Vec<u8>)>>>;
@@ -355,4 +355,13 @@ async fn spans_are_exported_over_otlp_and_flushed_at_shutdown(backend: Backend) 
     assert_eq!(content_type, "application/x-protobuf");
     assert!(contains(body, &caller.to_bytes()), "the request span's parent is the caller's span");
     assert!(contains(body, b"hivegate-under-test"), "the service name is the configured one");
+}
+
+/// With spans exported the log layer has a filter of its own beside the export's layer: a line written while
+/// a request is served is still in its span, with the span's fields, and the export's own spans stay out.
+async fn with_an_export_a_line_in_a_request_names_it(backend: Backend) {
+    let (endpoint, _received) = collector().await;
+    let env = [("RUST_LOG", "info"), ("HIVEGATE_TELEMETRY__OTLP_ENDPOINT", endpoint.as_str())];
+    let (warning, _) = crate::process::a_failed_render_logged(backend, &env).await;
+    crate::process::assert_names_the_request(&warning);
 }

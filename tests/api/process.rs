@@ -263,11 +263,20 @@ async fn log_lines_name_the_request_and_the_agent(backend: Backend) {
 /// At the default level a request that goes well writes no line, and its span is made only when something
 /// is written in it: then the line carries every field the span was given so far.
 async fn at_the_default_level_a_line_in_a_request_names_it(backend: Backend) {
+    let (warning, stderr) = a_failed_render_logged(backend, &[("RUST_LOG", "info")]).await;
+    assert_names_the_request(&warning);
+    // A request that went well wrote nothing.
+    assert!(!stderr.contains("req-fine"), "{stderr}");
+}
+
+/// Serves, in a server started with `env`, a read of a template whose text compiles but cannot render
+/// (which logs a warning while the request is served, request id `req-broken`) and a list that goes well
+/// (`req-fine`); the warning's line, and everything the server wrote to stderr.
+pub(crate) async fn a_failed_render_logged(backend: Backend, env: &[(&str, &str)]) -> (serde_json::Value, String) {
     let db = TestDatabase::new(backend).await;
-    let mut process = HivegateProcess::start_with_env(db.url(), Some(OPERATOR_TOKEN), &[("RUST_LOG", "info")]).await;
+    let mut process = HivegateProcess::start_with_env(db.url(), Some(OPERATOR_TOKEN), env).await;
     process.create_agent("bot").await;
     let key = process.issue_key("bot", &["mcp"]).await.key;
-    // A template whose text compiles but cannot render: reading it logs a warning, in the request.
     let template = json!({"uriTemplate": "broken://{id}", "name": "broken", "text": "{{ id + 1 }}"});
     let response =
         process.op(Method::PUT, "/admin/v1/agents/bot/resource-templates").json(&template).send().await.unwrap();
@@ -289,12 +298,17 @@ async fn at_the_default_level_a_line_in_a_request_names_it(backend: Backend) {
     assert!(process.terminate().await.success(), "{}", process.logs());
 
     let stderr = process.stderr();
-    let lines: Vec<serde_json::Value> =
-        stderr.lines().filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok()).collect();
-    let warning = lines
-        .iter()
+    let warning = stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
         .find(|line| line["message"] == "template text failed to render")
         .unwrap_or_else(|| panic!("no line of the failed render:\n{stderr}"));
+    (warning, stderr)
+}
+
+/// Asserts that `warning`, written while `req-broken` was served ([`a_failed_render_logged`]), is in that
+/// request's span alone, with every field the span had by then.
+pub(crate) fn assert_names_the_request(warning: &serde_json::Value) {
     assert_eq!(warning["level"], "WARN", "{warning}");
     let span = &warning["span"];
     assert_eq!(span["name"], "request", "{warning}");
@@ -307,8 +321,6 @@ async fn at_the_default_level_a_line_in_a_request_names_it(backend: Backend) {
     // Not answered yet when the line was written.
     assert!(span.get("status").is_none(), "{warning}");
     assert_eq!(warning["spans"].as_array().map(Vec::len), Some(1), "{warning}");
-    // A request that went well wrote nothing.
-    assert!(!stderr.contains("req-fine"), "{stderr}");
 }
 
 /// The receiving end of a channel as a stream (for a request body sent piece by piece).
