@@ -80,15 +80,16 @@ fn field(index: usize) -> Field {
     META.fields().iter().nth(index).unwrap_or_else(|| unreachable!("the request span has {index} fields"))
 }
 
-/// Whether the request span is enabled at all: its level, and what the subscriber said of its callsite;
-/// with `ask`, the subscriber is asked even when it said the callsite is always enabled.
-fn is_enabled(ask: bool) -> bool {
+/// Whether the request span is enabled at all: its level, and what the subscriber said of its callsite.
+/// (With an export, the log filter is asked about every span, so the callsite is never "always" there and
+/// `enabled` runs right before the span is made: `AlwaysAsked` in the parent module.)
+fn is_enabled() -> bool {
     if Level::INFO > STATIC_MAX_LEVEL || Level::INFO > LevelFilter::current() {
         return false;
     }
     let interest = CALLSITE.interest();
     !interest.is_never()
-        && ((interest.is_always() && !ask) || tracing::dispatcher::get_default(|dispatch| dispatch.enabled(&META)))
+        && (interest.is_always() || tracing::dispatcher::get_default(|dispatch| dispatch.enabled(&META)))
 }
 
 /// One request's span: its values, and the span once it is made.
@@ -121,18 +122,12 @@ impl RequestSpan {
     /// `request_id`; `None` when the log filter leaves request spans out and nothing exports them. When
     /// spans are exported it is made at once and joins the trace of the request's `traceparent` header.
     pub fn new(request: &Request<axum::body::Body>, route: Cow<'static, str>, request_id: HeaderValue) -> Option<Self> {
+        if !is_enabled() {
+            return None;
+        }
         let made = if super::is_exporting() {
-            // Asked right before the span is made, whatever the callsite's interest: the export's log layer
-            // has a filter of its own, whose answer reaches the span's creation through thread-local state
-            // that only a call of `enabled` for this span makes fresh (tokio-rs/tracing#2519).
-            if !is_enabled(true) {
-                return None;
-            }
             Made::Exported(Self::exported(request, &route, &request_id))
         } else {
-            if !is_enabled(false) {
-                return None;
-            }
             Made::OnDemand(Cell::new(None))
         };
         let method = request.method().clone();
