@@ -21,29 +21,45 @@ pub fn chain_hash(prev: &str, record: &AuditRecord, seq: i64) -> String {
 
 /// The chain hash of a record whose fields (as [`chain_fields`] writes them) are `fields`.
 fn hash_fields(prev: &str, fields: &[u8]) -> String {
-    // Hashed in one call rather than a call per token; the writer hashes every MCP request's record.
+    hex_text(&hash_digits(prev, fields)).to_owned()
+}
+
+/// The chain hash's 64 lower-case hex digits, for a record whose fields are `fields` after the record whose
+/// hash is `prev`. Hashed in one call rather than a call per token: the writer hashes every MCP request's
+/// record.
+fn hash_digits(prev: &str, fields: &[u8]) -> [u8; 64] {
     let mut hasher = Sha256::new();
     hasher.update(prev.as_bytes());
     hasher.update(b"\n");
     hasher.update(fields);
-    crate::domain::hex(hasher.finalize())
+    let mut digits = [0u8; 64];
+    // 32 bytes of digest fill the 64 digits exactly.
+    let _ = hex::encode_to_slice(hasher.finalize(), &mut digits);
+    digits
 }
 
-/// Appends `record`, at position `seq` after a record whose hash is `prev`, to `out` as the store keeps it:
-/// its hashed fields as `chain_fields` writes them with its hash as one more element, so that the bytes
-/// are written once for both. Returns its hash.
-pub fn append_stored_record(out: &mut Vec<u8>, prev: &str, record: &AuditRecord, seq: i64) -> String {
+/// Hex digits as text (they are ASCII).
+fn hex_text(digits: &[u8; 64]) -> &str {
+    std::str::from_utf8(digits).unwrap_or_default()
+}
+
+/// Appends `record`, at position `seq` after the record whose hash `hash` holds, to `out` as the store
+/// keeps it: its hashed fields as `chain_fields` writes them with its hash as one more element, so that the
+/// bytes are written once for both. `hash` then holds the record's own hash, written over the previous one
+/// in place: the writer chains every MCP request's record, and a string a record was an allocation each.
+pub fn append_stored_record(out: &mut Vec<u8>, hash: &mut String, record: &AuditRecord, seq: i64) {
     let start = out.len();
     let mut fields = JsonArray { out: std::mem::take(out), start };
     fields.out.push(b'[');
     write_chain_fields(&mut fields, record, seq);
     *out = fields.finish();
-    let hash = hash_fields(prev, &out[start..]);
+    let digits = hash_digits(hash, &out[start..]);
     out.pop();
     out.extend_from_slice(b",\"");
-    out.extend_from_slice(hash.as_bytes());
+    out.extend_from_slice(&digits);
     out.extend_from_slice(b"\"]");
-    hash
+    hash.clear();
+    hash.push_str(hex_text(&digits));
 }
 
 /// The hashed fields of a record at position `seq`: the compact JSON array serde_json writes for them,
@@ -262,7 +278,8 @@ mod tests {
         let mut record = record("01a20c22-2e86-739b-9cc0-9c4622ff8836");
         record.user_agent = Some("quote \" and \\ and \u{1}".into());
         let mut out = b"[".to_vec();
-        let hash = append_stored_record(&mut out, "prev", &record, 7);
+        let mut hash = "prev".to_owned();
+        append_stored_record(&mut out, &mut hash, &record, 7);
         assert_eq!(hash, chain_hash("prev", &record, 7));
         let fields = chain_fields(&record, 7);
         let expected = format!("[{},\"{hash}\"]", String::from_utf8_lossy(&fields[..fields.len() - 1]));

@@ -357,12 +357,16 @@ struct Entry {
 impl Common {
     fn record(self, entry: Entry) -> AuditRecord {
         let outcome = if entry.is_ok { "ok" } else { "error" };
+        // Joined rather than formatted: every MCP request's record has one.
+        let mut actor = AuditText::with_capacity(4 + self.key_id.len());
+        actor.push_str("key:");
+        actor.push_str(&self.key_id);
         AuditRecord {
             id: AuditText::from(&*uuid::Uuid::now_v7().hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer())),
             agent_id: self.agent_id,
             occurred_at: entry.occurred_at,
             kind: AuditText::const_new("mcp"),
-            actor: compact_str::format_compact!("key:{}", self.key_id),
+            actor,
             action: entry.method.clone(),
             target: entry.target,
             request_id: self.request_id,

@@ -177,7 +177,7 @@ impl AuditStream {
                 }
                 head.seq += 1;
                 record.chain_seq = Some(head.seq);
-                head.hash = append_stored_record(&mut out, &head.hash, record, head.seq);
+                append_stored_record(&mut out, &mut head.hash, record, head.seq);
             }
             if let Some((_, head)) = &current {
                 close(&mut heads, head);

@@ -86,7 +86,7 @@ pub(in crate::store) fn chain_audit_segments<'a>(
                 out.push(b',');
             }
             record.chain_seq = Some(seq);
-            hash = crate::audit::chain::append_stored_record(&mut out, &hash, record, seq);
+            crate::audit::chain::append_stored_record(&mut out, &mut hash, record, seq);
         }
         out.push(b']');
         let records = String::from_utf8(out)
