@@ -17,6 +17,7 @@ use super::extract::PathParams;
 use crate::domain::model::{Actor, Agent, KeyRecord};
 use crate::domain::{AgentId, Scope};
 use crate::error::ApiError;
+use crate::guard::Bucketed;
 use crate::http::REQUEST_ID;
 use crate::http::auth::{KEY_HEADER, KeyError};
 use crate::state::AppState;
@@ -25,7 +26,7 @@ use crate::state::AppState;
 #[derive(Debug, Clone)]
 pub enum Caller {
     Operator,
-    Key(Arc<KeyRecord>),
+    Key(Arc<Bucketed<KeyRecord>>),
 }
 
 impl Caller {

@@ -330,7 +330,14 @@ async fn as_client<M: McpMethod>(
         revoked_at: None,
         rate_limit: None,
     };
-    let ctx = Context { state, agent: Arc::new(agent.clone()), key: &key, session: None, era: Era::Modern, slot: None };
+    let ctx = Context {
+        state,
+        agent: Arc::new(crate::guard::Bucketed::new(agent.clone())),
+        key: &key,
+        session: None,
+        era: Era::Modern,
+        slot: None,
+    };
     match run::<M>(&ctx, Some(&params)).await {
         Ok(answer) => {
             let mut out = Vec::with_capacity(answer.json_len());

@@ -118,6 +118,11 @@ impl KeyRecord {
         self.revoked_at.is_none() && self.expires_at.is_none_or(|at| now < at)
     }
 
+    /// [`KeyRecord::is_usable_at`] now; the clock is only read for a key that expires.
+    pub fn is_usable_now(&self) -> bool {
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|at| Timestamp::now() < at)
+    }
+
     pub fn has_scope(&self, scope: Scope) -> bool {
         self.scopes.contains(&scope)
     }

@@ -1,6 +1,8 @@
 //! Token buckets (GCRA, from `governor`) by name, each with the limit it was built for.
 
 use std::num::NonZeroU32;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use governor::clock::Clock;
@@ -115,27 +117,33 @@ impl Bucket {
 /// full, so the new limit applies from that request on.
 ///
 /// Buckets live in this replica's memory; [`Buckets::reclaim`] drops the ones idle long enough to have
-/// filled up again (a new bucket is full: forgetting them changes nothing).
+/// filled up again (a new bucket is full: forgetting them changes nothing) and that no [`Bucketed`] record
+/// holds.
 #[derive(Default)]
 pub struct Buckets {
-    entries: FastMap<String, Bucket>,
+    entries: FastMap<String, BucketHandle>,
 }
 
 impl Buckets {
     /// Takes one token from `name`'s bucket, built for `limit` if it does not exist or has another limit.
     pub fn take(&self, name: &str, limit: Limit) -> Outcome {
-        if let Some(mut bucket) = self.entries.get_mut(name) {
-            if bucket.limit != limit {
-                *bucket = Bucket::new(limit);
-            }
-            return bucket.take();
-        }
-        self.entries.entry(name.to_owned()).or_insert_with(|| Bucket::new(limit)).take()
+        self.handle(name).take(limit)
     }
 
-    /// Drops every bucket unused for longer than it takes to fill up; returns how many are left.
+    /// `name`'s bucket, made (empty of any limit until its first token is taken) if it does not exist.
+    pub fn handle(&self, name: &str) -> BucketHandle {
+        if let Some(handle) = self.entries.get(name) {
+            return handle.clone();
+        }
+        self.entries.entry(name.to_owned()).or_default().clone()
+    }
+
+    /// Drops every bucket unused for longer than it takes to fill up, unless a record still holds it (it is
+    /// dropped once that record has left the caches); returns how many are left. A bucket is only ever
+    /// reached through this map or through a handle cloned from it, so one that only the map holds, checked
+    /// under the map's lock, cannot be taken from while it is dropped.
     pub fn reclaim(&self) -> usize {
-        self.entries.retain(|_, bucket| bucket.last_used.elapsed() <= bucket.limit.refill());
+        self.entries.retain(|_, handle| Arc::strong_count(&handle.0) > 1 || !handle.is_idle());
         self.entries.shrink_to_fit();
         self.entries.len()
     }
@@ -146,6 +154,61 @@ impl Buckets {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+}
+
+/// One name's bucket, shared by its [`Buckets`] map and the records that keep it at hand ([`Bucketed`]).
+#[derive(Clone, Default)]
+pub struct BucketHandle(Arc<Mutex<Option<Bucket>>>);
+
+impl BucketHandle {
+    /// Takes one token, from a bucket built for `limit` if it has none yet or was built for another.
+    pub fn take(&self, limit: Limit) -> Outcome {
+        let mut bucket = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match &mut *bucket {
+            Some(bucket) if bucket.limit == limit => bucket.take(),
+            slot => slot.insert(Bucket::new(limit)).take(),
+        }
+    }
+
+    /// Whether the bucket is full again (or was never used): forgetting it would change nothing.
+    fn is_idle(&self) -> bool {
+        let bucket = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        bucket.as_ref().is_none_or(|bucket| bucket.last_used.elapsed() > bucket.limit.refill())
+    }
+}
+
+/// A record requests are limited by (a stored key, an agent) as the caches hold it, with its bucket once
+/// the first request has looked it up by name: every later request that finds the record in a cache finds
+/// its bucket with it, without a second lookup. The bucket stays the one of its [`Buckets`] map, so a record
+/// loaded again (after an invalidation) gets the same bucket back, with the tokens it had.
+pub struct Bucketed<T> {
+    record: T,
+    bucket: OnceLock<BucketHandle>,
+}
+
+impl<T> Bucketed<T> {
+    pub fn new(record: T) -> Self {
+        Self { record, bucket: OnceLock::new() }
+    }
+
+    /// The record's bucket in `buckets`, under `name` (always the same map and name for one record).
+    pub fn bucket_in(&self, buckets: &Buckets, name: &str) -> &BucketHandle {
+        self.bucket.get_or_init(|| buckets.handle(name))
+    }
+}
+
+impl<T> Deref for Bucketed<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.record
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for Bucketed<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.record.fmt(f)
     }
 }
 
@@ -295,6 +358,34 @@ mod tests {
         // Refused with the tat 300 ms ahead: the next request fits 100 ms later.
         assert_eq!(limit.refused_at(300_000), Outcome::Refused { retry_after: Duration::from_millis(100) });
         assert_eq!(Limit::new(2_000_000, 1).map(|l| l.interval_micros()), Some(1), "at least a microsecond");
+    }
+
+    #[test]
+    fn a_bucketed_record_holds_its_names_bucket() {
+        let buckets = Buckets::default();
+        let limit = limit(1, 3);
+        assert!(matches!(buckets.take("k", limit), Outcome::Allowed { remaining: 2, .. }));
+        let record = Bucketed::new("k");
+        assert!(matches!(record.bucket_in(&buckets, "k").take(limit), Outcome::Allowed { remaining: 1, .. }));
+        // Loaded again after an invalidation: another record, the same bucket, the tokens it had.
+        let reloaded = Bucketed::new("k");
+        assert!(matches!(reloaded.bucket_in(&buckets, "k").take(limit), Outcome::Allowed { remaining: 0, .. }));
+        assert!(matches!(buckets.take("k", limit), Outcome::Refused { .. }), "the map's bucket is the same one");
+        assert_eq!(buckets.len(), 1);
+    }
+
+    #[test]
+    fn reclaim_keeps_a_held_bucket_until_its_record_is_gone() {
+        let buckets = Buckets::default();
+        // Refills in a millisecond: idle long enough at once.
+        let fast = limit(1000, 1);
+        let record = Bucketed::new(());
+        record.bucket_in(&buckets, "held").take(fast);
+        buckets.take("free", fast);
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(buckets.reclaim(), 1, "the free bucket is dropped, the held one kept");
+        drop(record);
+        assert_eq!(buckets.reclaim(), 0, "dropped once no record holds it");
     }
 
     #[test]

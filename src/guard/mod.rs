@@ -60,7 +60,8 @@ pub mod limiter;
 
 use failed_auth::FailedAuth;
 use headers::{Policy, RateLimitHeaders, Remaining};
-use limiter::{Buckets, Budgets, Limit, Outcome};
+pub use limiter::Bucketed;
+use limiter::{BucketHandle, Buckets, Budgets, Limit, Outcome};
 
 /// How often idle buckets and ended failure windows are forgotten.
 const RECLAIM_EVERY: Duration = Duration::from_secs(60);
@@ -121,32 +122,37 @@ impl Guard {
     }
 
     /// One MCP message of `key` to `agent`: a token from the key's bucket, then from the agent's; a shared
-    /// bucket is asked in `store`.
-    pub async fn mcp(&self, key: &KeyRecord, agent: &Agent, store: &dyn Store) -> StoreResult<Verdict> {
+    /// bucket is asked in `store`. The records' buckets in this replica are the ones they hold
+    /// ([`Bucketed`]), looked up by name only by the first request of a record loaded into a cache.
+    pub async fn mcp(
+        &self,
+        key: &Bucketed<KeyRecord>,
+        agent: &Bucketed<Agent>,
+        store: &dyn Store,
+    ) -> StoreResult<Verdict> {
         let (key_limit, key_shared) = own_or(key.rate_limit.as_ref(), self.key_limit);
         let (agent_limit, agent_shared) = own_or(agent.rate_limit.as_ref(), self.agent_default);
-        Verdict::of(
-            &[
-                Check { policy: KEY, buckets: &self.keys, bucket: &key.id, limit: key_limit, shared: key_shared },
-                Check {
-                    policy: AGENT,
-                    buckets: &self.agents,
-                    bucket: agent.id.as_str(),
-                    limit: agent_limit,
-                    shared: agent_shared,
-                },
-            ],
-            Some(store),
-        )
+        let key_source = match key_shared {
+            true => Source::Shared(store),
+            false => Source::Local(key.bucket_in(&self.keys, &key.id)),
+        };
+        let agent_source = match agent_shared {
+            true => Source::Shared(store),
+            false => Source::Local(agent.bucket_in(&self.agents, agent.id.as_str())),
+        };
+        Verdict::of(&[
+            Check { policy: KEY, name: &key.id, source: key_source, limit: key_limit },
+            Check { policy: AGENT, name: agent.id.as_str(), source: agent_source, limit: agent_limit },
+        ])
         .await
     }
 
     /// One admin request of `credential` (`operator` or `key:<id>`).
     pub async fn admin(&self, credential: &str) -> Verdict {
-        let check =
-            Check { policy: ADMIN, buckets: &self.admins, bucket: credential, limit: self.admin_limit, shared: false };
+        let bucket = self.admins.handle(credential);
+        let check = Check { policy: ADMIN, name: credential, source: Source::Local(&bucket), limit: self.admin_limit };
         // No shared bucket, so no store to fail.
-        Verdict::of(&[check], None).await.unwrap_or_else(|_| Verdict::default())
+        Verdict::of(&[check]).await.unwrap_or_else(|_| Verdict::default())
     }
 
     /// Before a costly method of `key_id`: a token from its method bucket, or (`resources/read`) whether its
@@ -233,14 +239,21 @@ fn own_or(own: Option<&crate::domain::model::RateLimit>, default: Option<Limit>)
     }
 }
 
-/// One bucket to take a token from: `bucket` in `buckets` (or, when `shared`, the database's bucket
-/// `<policy>:<bucket>`), under the policy named `policy`; no limit, no bucket.
+/// One bucket to take a token from, named `name` under the policy named `policy`; no limit, no bucket.
 struct Check<'a> {
     policy: &'static str,
-    buckets: &'a Buckets,
-    bucket: &'a str,
+    name: &'a str,
+    source: Source<'a>,
     limit: Option<Limit>,
-    shared: bool,
+}
+
+/// Where a check's bucket is kept.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    /// In this replica's memory.
+    Local(&'a BucketHandle),
+    /// In the database, as `<policy>:<name>`, counted by every replica together.
+    Shared(&'a dyn Store),
 }
 
 /// What the limits said about one request.
@@ -257,21 +270,21 @@ pub struct Verdict {
 impl Verdict {
     /// Takes a token from each limited bucket in turn, stopping at the first refusal (the buckets after it
     /// keep their tokens). The tightest service limit is the refusing one, else the one with the fewest
-    /// requests left. A shared check asks `store` (always given where a check may be shared).
-    async fn of(checks: &[Check<'_>], store: Option<&dyn Store>) -> StoreResult<Self> {
+    /// requests left.
+    async fn of(checks: &[Check<'_>]) -> StoreResult<Self> {
         let mut policies = Vec::with_capacity(checks.len());
         let mut tightest: Option<(Remaining, bool)> = None;
         let mut retry_after = None;
         let mut refused_by = None;
-        for &Check { policy: name, buckets, bucket, limit, shared } in checks {
+        for &Check { policy: name, name: bucket, source, limit } in checks {
             let Some(limit) = limit else { continue };
             policies.push(Policy::of_limit(name, limit));
             if retry_after.is_some() {
                 continue;
             }
-            let outcome = match store {
-                Some(store) if shared => store.take_shared_token(&format!("{name}:{bucket}"), limit).await?,
-                _ => buckets.take(bucket, limit),
+            let (outcome, shared) = match source {
+                Source::Shared(store) => (store.take_shared_token(&format!("{name}:{bucket}"), limit).await?, true),
+                Source::Local(local) => (local.take(limit), false),
             };
             let remaining = match outcome {
                 Outcome::Allowed { remaining, full_in } => Remaining { name, remaining, reset: full_in },
@@ -452,11 +465,12 @@ mod tests {
     }
 
     fn buckets_verdict(guard: &Guard, key: &str, agent: &str) -> Verdict {
+        let (key_bucket, agent_bucket) = (guard.keys.handle(key), guard.agents.handle(agent));
         let checks = [
-            Check { policy: KEY, buckets: &guard.keys, bucket: key, limit: guard.key_limit, shared: false },
-            Check { policy: AGENT, buckets: &guard.agents, bucket: agent, limit: guard.agent_default, shared: false },
+            Check { policy: KEY, name: key, source: Source::Local(&key_bucket), limit: guard.key_limit },
+            Check { policy: AGENT, name: agent, source: Source::Local(&agent_bucket), limit: guard.agent_default },
         ];
-        futures::executor::block_on(Verdict::of(&checks, None)).expect("no shared bucket, no store error")
+        futures::executor::block_on(Verdict::of(&checks)).expect("no shared bucket, no store error")
     }
 
     #[test]

@@ -8,9 +8,9 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::FastMap;
 use crate::domain::model::KeyRecord;
-use crate::domain::time::Timestamp;
 use crate::domain::{AgentId, ApiKey, KeyDigest, KeyHasher};
 use crate::events::{BusHook, BusMessage, CacheGate};
+use crate::guard::Bucketed;
 use crate::store::{Store, StoreError};
 
 /// The header agent keys travel in; it wins over `Authorization: Bearer`. A `HeaderName`, so that looking it up
@@ -33,8 +33,9 @@ pub enum KeyError {
 }
 
 struct CachedKey {
-    /// Shared with every request that presents the key: a hit copies no field of it.
-    record: Arc<KeyRecord>,
+    /// Shared with every request that presents the key: a hit copies no field of it, and finds the key's
+    /// rate-limit bucket with it.
+    record: Arc<Bucketed<KeyRecord>>,
     /// When this replica last wrote `last_used_at` (or loaded the key).
     touched: Instant,
 }
@@ -84,7 +85,7 @@ impl KeyCache {
     }
 
     /// The stored key for a presented one, if it is usable now.
-    pub async fn authenticate(&self, presented: Option<&str>) -> Result<Arc<KeyRecord>, KeyError> {
+    pub async fn authenticate(&self, presented: Option<&str>) -> Result<Arc<Bucketed<KeyRecord>>, KeyError> {
         let key = presented.and_then(ApiKey::parse).ok_or(KeyError::Unauthenticated)?;
         let digest = self.hasher.digest(key.expose());
         self.usable(&self.entries, digest, || self.store.find_key(&digest)).await
@@ -93,7 +94,7 @@ impl KeyCache {
     /// The key with this id, if it is usable now: how an access token reaches the key it was granted with
     /// ([`crate::oauth`]). Cached and dropped by the same bus messages as presented keys, so a revocation
     /// on any replica refuses the token here at once.
-    pub async fn by_id(&self, id: &str) -> Result<Arc<KeyRecord>, KeyError> {
+    pub async fn by_id(&self, id: &str) -> Result<Arc<Bucketed<KeyRecord>>, KeyError> {
         self.usable(&self.ids, id.to_owned(), || self.store.find_key_by_id(id)).await
     }
 
@@ -104,11 +105,10 @@ impl KeyCache {
         map: &FastMap<K, CachedKey>,
         lookup: K,
         fetch: impl FnOnce() -> F,
-    ) -> Result<Arc<KeyRecord>, KeyError>
+    ) -> Result<Arc<Bucketed<KeyRecord>>, KeyError>
     where
         F: Future<Output = Result<Option<KeyRecord>, StoreError>>,
     {
-        let now = Timestamp::now();
         let cached = map.get_mut(&lookup).map(|mut entry| {
             let due = entry.touched.elapsed() >= TOUCH_INTERVAL;
             if due {
@@ -120,7 +120,7 @@ impl KeyCache {
             Some(hit) => hit,
             None => {
                 let generation = self.gate.generation();
-                let record = Arc::new(fetch().await?.ok_or(KeyError::Unauthenticated)?);
+                let record = Arc::new(Bucketed::new(fetch().await?.ok_or(KeyError::Unauthenticated)?));
                 // The generation is compared while the entry's shard is locked: a `forget` that began
                 // after the database read has bumped it (and we skip), or it takes the shard lock after
                 // us and its `retain` removes what we insert.
@@ -132,7 +132,7 @@ impl KeyCache {
                 (record, true)
             }
         };
-        if !record.is_usable_at(now) {
+        if !record.is_usable_now() {
             return Err(KeyError::Unauthenticated);
         }
         if touch {

@@ -88,7 +88,7 @@ impl Method {
 /// with, the era of the request, and shared state.
 pub struct Context<'a> {
     pub state: &'a AppState,
-    pub agent: Arc<Agent>,
+    pub agent: Arc<crate::guard::Bucketed<Agent>>,
     pub key: &'a KeyRecord,
     /// The legacy session named by `Mcp-Session-Id`, already checked; `None` without one (and always on
     /// the modern wire, which has no sessions).

@@ -42,6 +42,7 @@ use crate::audit::request::{ErrorCode, Trail};
 use crate::domain::model::{Agent, KeyRecord};
 use crate::domain::session::Session;
 use crate::domain::{AgentId, Scope};
+use crate::guard::Bucketed;
 use crate::guard::RateLimitSlot;
 use crate::http::auth::{Challenge, is_key_of};
 use crate::metrics::{Refused, TokenOutcome};
@@ -50,8 +51,8 @@ use crate::state::AppState;
 
 /// A request that passed the gate: the agent it is for, and the key it came with (never logged).
 pub(crate) struct Admitted {
-    pub agent: Arc<Agent>,
-    pub key: Arc<KeyRecord>,
+    pub agent: Arc<Bucketed<Agent>>,
+    pub key: Arc<Bucketed<KeyRecord>>,
     /// Where the rate-limit fields of the answer are left (a costly method's refusal replaces them).
     pub slot: Option<RateLimitSlot>,
 }
@@ -312,8 +313,8 @@ pub(super) async fn admit(
 pub(super) async fn rate_limit(
     state: &AppState,
     slot: Option<&RateLimitSlot>,
-    key: &KeyRecord,
-    agent: &Agent,
+    key: &Bucketed<KeyRecord>,
+    agent: &Bucketed<Agent>,
 ) -> Result<(), Limited> {
     let verdict = state.guard.mcp(key, agent, state.store.as_ref()).await.map_err(|error| Limited {
         error: McpError::Unavailable,

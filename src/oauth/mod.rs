@@ -42,6 +42,7 @@ use axum::http::HeaderMap;
 use crate::domain::model::KeyRecord;
 use crate::domain::time::Timestamp;
 use crate::domain::{AgentId, Scope};
+use crate::guard::Bucketed;
 use crate::http::auth::{KEY_HEADER, KeyCache, KeyError, bearer};
 use crate::store::{Store, StoreError};
 
@@ -149,7 +150,7 @@ impl From<StoreError> for AuthError {
 /// error codes).
 #[derive(Debug, Clone)]
 pub struct Authenticated {
-    pub key: Arc<KeyRecord>,
+    pub key: Arc<Bucketed<KeyRecord>>,
     pub is_token: bool,
 }
 
@@ -253,7 +254,12 @@ impl OAuth {
     }
 
     /// The key `grant` acts as, with the scopes both the key and the grant have.
-    async fn key_of(&self, keys: &KeyCache, grant: &Grant, agent: &AgentId) -> Result<Arc<KeyRecord>, AuthError> {
+    async fn key_of(
+        &self,
+        keys: &KeyCache,
+        grant: &Grant,
+        agent: &AgentId,
+    ) -> Result<Arc<Bucketed<KeyRecord>>, AuthError> {
         if &grant.agent != agent {
             return Err(AuthError::Token("the token was issued for another agent".to_owned()));
         }
@@ -274,7 +280,7 @@ impl OAuth {
         if scopes == key.scopes {
             return Ok(key);
         }
-        Ok(Arc::new(KeyRecord { scopes, ..(*key).clone() }))
+        Ok(Arc::new(Bucketed::new(KeyRecord { scopes, ..(**key).clone() })))
     }
 
     /// An agent's canonical MCP URL: the `resource` of its metadata, the audience of its tokens (RFC 8707).

@@ -26,6 +26,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use crate::events::{BusHook, BusMessage, CacheGate, Stale};
+use crate::guard::Bucketed;
 use crate::metrics::{CacheResult, ResultLabels};
 use crate::store::{Store, StoreResult};
 
@@ -110,7 +111,7 @@ struct RegistryInner {
 
 pub struct RegistryCache {
     store: Arc<dyn Store>,
-    agents: FastMap<AgentId, Arc<Agent>>,
+    agents: FastMap<AgentId, Arc<Bucketed<Agent>>>,
     /// Closed while the bus may be missing messages: nothing is cached until it resyncs. Its generation
     /// counts agent invalidations, so an agent row whose load raced with one is not cached.
     gate: CacheGate,
@@ -157,7 +158,7 @@ impl RegistryCache {
     }
 
     /// The agent's row, from memory or (once) from the database.
-    pub async fn agent(&self, id: &AgentId) -> StoreResult<Option<Arc<Agent>>> {
+    pub async fn agent(&self, id: &AgentId) -> StoreResult<Option<Arc<Bucketed<Agent>>>> {
         if let Some(agent) = self.agents.get(id) {
             return Ok(Some(agent.clone()));
         }
@@ -165,7 +166,7 @@ impl RegistryCache {
         let Some(agent) = self.store.get_agent(id).await? else {
             return Ok(None);
         };
-        let agent = Arc::new(agent);
+        let agent = Arc::new(Bucketed::new(agent));
         if self.agents.len() >= MAX_AGENT_ROWS {
             self.agents.clear();
         }

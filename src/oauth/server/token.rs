@@ -190,7 +190,7 @@ impl Context<'_> {
         &self,
         key_id: &str,
         agent: &crate::domain::AgentId,
-    ) -> Result<std::sync::Arc<KeyRecord>, OAuthError> {
+    ) -> Result<std::sync::Arc<crate::guard::Bucketed<KeyRecord>>, OAuthError> {
         let gone = || OAuthError::invalid_grant("the key this grant is bound to is revoked, expired or deleted");
         match self.state.keys.by_id(key_id).await {
             Ok(key) if &key.agent_id == agent && key.scopes.contains(&crate::domain::Scope::Mcp) => Ok(key),
