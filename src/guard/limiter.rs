@@ -192,7 +192,13 @@ impl<T> Bucketed<T> {
         Self { record, bucket: OnceLock::new() }
     }
 
-    /// The record's bucket in `buckets`, under `name` (always the same map and name for one record).
+    /// Another record standing for the same one (a key with fewer scopes), with the bucket this one holds.
+    pub fn with_record<U>(&self, record: U) -> Bucketed<U> {
+        Bucketed { record, bucket: self.bucket.clone() }
+    }
+
+    /// The record's bucket in `buckets`, under `name`: always the same map and name for one record, as
+    /// only the first call looks it up.
     pub fn bucket_in(&self, buckets: &Buckets, name: &str) -> &BucketHandle {
         self.bucket.get_or_init(|| buckets.handle(name))
     }
@@ -371,6 +377,10 @@ mod tests {
         let reloaded = Bucketed::new("k");
         assert!(matches!(reloaded.bucket_in(&buckets, "k").take(limit), Outcome::Allowed { remaining: 0, .. }));
         assert!(matches!(buckets.take("k", limit), Outcome::Refused { .. }), "the map's bucket is the same one");
+        let narrowed = record.with_record("k with fewer scopes");
+        let other = Buckets::default();
+        assert!(matches!(narrowed.bucket_in(&other, "k").take(limit), Outcome::Refused { .. }), "the bucket it holds");
+        assert!(other.is_empty(), "nothing looked up");
         assert_eq!(buckets.len(), 1);
     }
 

@@ -132,25 +132,30 @@ impl Guard {
     ) -> StoreResult<Verdict> {
         let (key_limit, key_shared) = own_or(key.rate_limit.as_ref(), self.key_limit);
         let (agent_limit, agent_shared) = own_or(agent.rate_limit.as_ref(), self.agent_default);
-        let key_source = match key_shared {
-            true => Source::Shared(store),
-            false => Source::Local(key.bucket_in(&self.keys, &key.id)),
-        };
-        let agent_source = match agent_shared {
-            true => Source::Shared(store),
-            false => Source::Local(agent.bucket_in(&self.agents, agent.id.as_str())),
-        };
+        // A bucket in this replica only where a limit is kept here: an unlimited or shared one makes none.
+        let key_bucket = key_limit.map(|limit| match key_shared {
+            true => (limit, Source::Shared(store)),
+            false => (limit, Source::Local(key.bucket_in(&self.keys, &key.id))),
+        });
+        let agent_bucket = agent_limit.map(|limit| match agent_shared {
+            true => (limit, Source::Shared(store)),
+            false => (limit, Source::Local(agent.bucket_in(&self.agents, agent.id.as_str()))),
+        });
         Verdict::of(&[
-            Check { policy: KEY, name: &key.id, source: key_source, limit: key_limit },
-            Check { policy: AGENT, name: agent.id.as_str(), source: agent_source, limit: agent_limit },
+            Check { policy: KEY, name: &key.id, bucket: key_bucket },
+            Check { policy: AGENT, name: agent.id.as_str(), bucket: agent_bucket },
         ])
         .await
     }
 
     /// One admin request of `credential` (`operator` or `key:<id>`).
     pub async fn admin(&self, credential: &str) -> Verdict {
-        let bucket = self.admins.handle(credential);
-        let check = Check { policy: ADMIN, name: credential, source: Source::Local(&bucket), limit: self.admin_limit };
+        let bucket = self.admin_limit.map(|limit| (limit, self.admins.handle(credential)));
+        let check = Check {
+            policy: ADMIN,
+            name: credential,
+            bucket: bucket.as_ref().map(|(limit, bucket)| (*limit, Source::Local(bucket))),
+        };
         // No shared bucket, so no store to fail.
         Verdict::of(&[check]).await.unwrap_or_else(|_| Verdict::default())
     }
@@ -243,8 +248,8 @@ fn own_or(own: Option<&crate::domain::model::RateLimit>, default: Option<Limit>)
 struct Check<'a> {
     policy: &'static str,
     name: &'a str,
-    source: Source<'a>,
-    limit: Option<Limit>,
+    /// The limit and where its bucket is kept; `None` when unlimited.
+    bucket: Option<(Limit, Source<'a>)>,
 }
 
 /// Where a check's bucket is kept.
@@ -276,8 +281,8 @@ impl Verdict {
         let mut tightest: Option<(Remaining, bool)> = None;
         let mut retry_after = None;
         let mut refused_by = None;
-        for &Check { policy: name, name: bucket, source, limit } in checks {
-            let Some(limit) = limit else { continue };
+        for &Check { policy: name, name: bucket, bucket: limited } in checks {
+            let Some((limit, source)) = limited else { continue };
             policies.push(Policy::of_limit(name, limit));
             if retry_after.is_some() {
                 continue;
@@ -467,8 +472,12 @@ mod tests {
     fn buckets_verdict(guard: &Guard, key: &str, agent: &str) -> Verdict {
         let (key_bucket, agent_bucket) = (guard.keys.handle(key), guard.agents.handle(agent));
         let checks = [
-            Check { policy: KEY, name: key, source: Source::Local(&key_bucket), limit: guard.key_limit },
-            Check { policy: AGENT, name: agent, source: Source::Local(&agent_bucket), limit: guard.agent_default },
+            Check { policy: KEY, name: key, bucket: guard.key_limit.map(|limit| (limit, Source::Local(&key_bucket))) },
+            Check {
+                policy: AGENT,
+                name: agent,
+                bucket: guard.agent_default.map(|limit| (limit, Source::Local(&agent_bucket))),
+            },
         ];
         futures::executor::block_on(Verdict::of(&checks)).expect("no shared bucket, no store error")
     }

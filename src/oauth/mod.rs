@@ -280,7 +280,7 @@ impl OAuth {
         if scopes == key.scopes {
             return Ok(key);
         }
-        Ok(Arc::new(Bucketed::new(KeyRecord { scopes, ..(**key).clone() })))
+        Ok(Arc::new(key.with_record(KeyRecord { scopes, ..(**key).clone() })))
     }
 
     /// An agent's canonical MCP URL: the `resource` of its metadata, the audience of its tokens (RFC 8707).
