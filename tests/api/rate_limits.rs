@@ -1,7 +1,8 @@
 //! Rate limits: per key (configured, or the key's own through the admin API), per agent (shared by its keys,
-//! following PATCH), shared by every replica when asked (counted in the database), per admin credential,
-//! failed authentications per client address (with `X-Forwarded-For` from trusted proxies only), and the
-//! `RateLimit-Policy` / `RateLimit` fields on the answers.
+//! following PATCH, its tokens kept when its row is loaded again), shared by every replica when asked
+//! (counted in the database), per admin credential, failed authentications per client address (with
+//! `X-Forwarded-For` from trusted proxies only), and the `RateLimit-Policy` / `RateLimit` fields on the
+//! answers.
 
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use crate::mcp_client::{Answer, Mcp, after_write, agent_with_key};
 both!(
     key_limit_refuses_then_recovers,
     agent_limit_is_shared_and_follows_patch,
+    an_agents_tokens_outlive_its_cached_row,
     admin_limit_per_credential,
     failed_authentications_block_the_client,
     forwarded_for_only_from_trusted_proxies,
@@ -171,6 +173,46 @@ async fn agent_limit_is_shared_and_follows_patch(backend: Backend) {
     let answer = Mcp::new(&app, "plain", &key).legacy("ping", json!({})).await;
     answer.result();
     assert_eq!(field(&answer.headers, "ratelimit-policy"), r#""key";q=1000;w=1, "agent";q=2;w=2"#);
+}
+
+/// A cached agent keeps its bucket at hand; when its row is loaded again (a change that is not its
+/// `rateLimit`), the bucket is the same one, with the tokens it had, not a fresh one.
+async fn an_agents_tokens_outlive_its_cached_row(backend: Backend) {
+    let app = spawn_limited(backend, |limits| {
+        limits.key_requests_per_second = 1000;
+        limits.key_burst = 1000;
+        limits.agent_requests_per_second = 1;
+        limits.agent_burst = 100;
+    })
+    .await;
+    let key = agent_with_key(&app, "bot").await;
+    let mcp = Mcp::new(&app, "bot", &key);
+    let mut left = 100;
+    for _ in 0..30 {
+        let answer = mcp.legacy("ping", json!({})).await;
+        answer.result();
+        left = remaining(&answer.headers, "agent");
+    }
+    assert!(left <= 75, "30 tokens taken from a burst of 100 at one a second: {left} left");
+
+    let response = app
+        .op(Method::PATCH, "/admin/v1/agents/bot")
+        .header("content-type", "application/merge-patch+json")
+        .body(json!({"description": "reloaded"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    expect_json(response, StatusCode::OK).await;
+    // The agent's row is loaded again once a request sees the new description.
+    after_write(backend, "the agent's new description", || async {
+        let answer = mcp.modern("server/discover", json!({})).await;
+        (answer.status == StatusCode::OK && answer.result()["instructions"] == "reloaded").then_some(())
+    })
+    .await;
+    let answer = mcp.legacy("ping", json!({})).await;
+    answer.result();
+    let now = remaining(&answer.headers, "agent");
+    assert!(now < 90, "the reloaded agent took from its old bucket ({left} left before), not a fresh one: {now}");
 }
 
 async fn admin_limit_per_credential(backend: Backend) {
