@@ -88,17 +88,43 @@ async fn run(store: Arc<dyn Store>, retention: Retention) {
 /// Prunes each agent's own audit chain (admin changes, and MCP records from before the writer streams) to its
 /// retention (the agent's own `auditRetentionDays`, else the configuration's; a deleted agent's chain by the
 /// configuration), oldest records first, keeping the chain verifiable.
+///
+/// A sweep costs what there is to prune, not a query per agent: one query finds the chains holding a record
+/// past its retention (by the index on the records' time, from the shortest retention in effect), and only
+/// those, and the agents the configuration makes an exception for, are looked at one by one.
 async fn prune_audit(store: &dyn Store, audit: &AuditConfig, now: i64) -> Result<(), crate::store::StoreError> {
-    for head in store.audit_heads(None).await? {
-        // Every chain is an agent's: one whose id does not parse is nobody's to prune.
-        let Ok(id) = AgentId::parse(&head.agent_id) else { continue };
+    let before_days = |days: u64| {
+        let age = Duration::from_secs(days.saturating_mul(24 * 60 * 60));
+        Timestamp::from_micros(now.saturating_sub(micros(age)))
+    };
+    let configured = std::iter::once(audit.retention_days).chain(audit.agent_retention_days.values().copied());
+    let stored = store.shortest_audit_retention().await?.map(u64::from);
+    let mut chains = match configured.chain(stored).filter(|days| *days > 0).min() {
+        Some(shortest) => {
+            let default_before = (audit.retention_days > 0).then(|| before_days(audit.retention_days));
+            store.audit_chains_to_prune(Timestamp::from_micros(now), before_days(shortest), default_before).await?
+        }
+        None => Vec::new(),
+    };
+    // The query holds an agent without a retention of its own to `retention_days`; one the configuration
+    // makes an exception for is checked by its own.
+    for agent in audit.agent_retention_days.keys() {
+        if chains.iter().any(|(chain, _)| chain == agent) {
+            continue;
+        }
+        let Ok(id) = AgentId::parse(agent) else { continue };
         let stored = store.get_agent(&id).await?.and_then(|agent| agent.audit_retention_days);
-        let Some(keep) = audit.retention_of(&head.agent_id, stored) else { continue };
+        chains.push((agent.clone(), stored));
+    }
+    for (agent, stored) in chains {
+        // Every chain is an agent's: one whose id does not parse is nobody's to prune.
+        let Ok(id) = AgentId::parse(&agent) else { continue };
+        let Some(keep) = audit.retention_of(&agent, stored) else { continue };
         let before = Timestamp::from_micros(now.saturating_sub(micros(keep)));
         loop {
             let deleted = store.prune_audit(&id, before, AUDIT_PRUNE_BATCH).await?;
             if deleted > 0 {
-                tracing::debug!(agent = %head.agent_id, deleted, "pruned audit records");
+                tracing::debug!(%agent, deleted, "pruned audit records");
             }
             if deleted < u64::from(AUDIT_PRUNE_BATCH) {
                 break;

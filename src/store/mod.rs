@@ -385,6 +385,19 @@ pub trait AuditStore: Send + Sync {
     /// The heads of every agent's audit chain, or of `agent`'s, by agent id: admin changes, and MCP records
     /// stored before writer streams.
     async fn audit_heads(&self, agent: Option<&AgentId>) -> StoreResult<Vec<ChainHead>>;
+    /// The agents whose own chain holds a record past its retention, with their stored
+    /// `auditRetentionDays`: a record older than `before` (the shortest retention in effect) that is also
+    /// older than its agent's stored retention or, for an agent without one (or deleted), than
+    /// `default_before` (`None`: kept forever). One query over the old records only, however many agents
+    /// there are; agents with a configured exception are the caller's to check.
+    async fn audit_chains_to_prune(
+        &self,
+        now: Timestamp,
+        before: Timestamp,
+        default_before: Option<Timestamp>,
+    ) -> StoreResult<Vec<(String, Option<u32>)>>;
+    /// The shortest `auditRetentionDays` any agent has stored, 0 (forever) left out.
+    async fn shortest_audit_retention(&self) -> StoreResult<Option<u32>>;
     /// Deletes the oldest of `agent`'s audit records written before `before`, at most `max`, always a prefix
     /// of the chain, and moves the chain's pruned anchor to the last one deleted (so the rest still
     /// verifies). Returns how many were deleted.

@@ -16,6 +16,7 @@ both!(
     many_agents_in_one_batch_verify_one_by_one,
     a_full_queue_refuses_requests_with_reject,
     export_and_retention,
+    retention_by_agent,
     audit_pages
 );
 
@@ -323,6 +324,82 @@ async fn export_and_retention(backend: Backend) {
     assert!(stdout.contains("ok      bot: 3 records"), "{stdout}");
 }
 
+/// Each agent's admin records are pruned to its own retention: its stored `auditRetentionDays`, else the
+/// configuration's exception for it, else `audit.retention_days`; a deleted agent's by the configuration.
+async fn retention_by_agent(backend: Backend) {
+    let app = spawn_app_with(backend, |config| {
+        config.audit.retention_days = 3;
+        config.audit.agent_retention_days.insert("brief".to_owned(), 1);
+        config.audit.agent_retention_days.insert("forever".to_owned(), 0);
+        // An exception for an agent whose own stored retention wins over it.
+        config.audit.agent_retention_days.insert("stored".to_owned(), 5);
+        config.events.prune_interval_ms = 100;
+    })
+    .await;
+    for (agent, days) in [("plain", None), ("brief", None), ("forever", None), ("stored", Some(1)), ("gone", Some(1))] {
+        let mut body = json!({"id": agent, "name": agent});
+        if let Some(days) = days {
+            body["auditRetentionDays"] = json!(days);
+        }
+        let response = app.op(Method::POST, "/admin/v1/agents").json(&body).send().await.unwrap();
+        expect_json(response, StatusCode::CREATED).await;
+        app.put_text(agent, "test://a", "x").await;
+    }
+    // Deleted, "gone" keeps its records, now by the configured three days rather than its own one.
+    let response = app.op(Method::DELETE, "/admin/v1/agents/gone").send().await.unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    let actions = |agent: &'static str| {
+        let app = &app;
+        async move {
+            let response = app.op(Method::GET, "/admin/v1/audit/export").query(&[("agent", agent)]).send().await;
+            let text = response.unwrap().text().await.unwrap();
+            let mut actions: Vec<String> = text
+                .lines()
+                .map(|line| {
+                    serde_json::from_str::<Value>(line).expect("a JSON line")["action"].as_str().unwrap().to_owned()
+                })
+                .collect();
+            actions.reverse();
+            actions
+        }
+    };
+    assert_eq!(actions("gone").await, ["agent.create", "resource.put", "agent.delete"]);
+
+    // Every agent's agent.create two days old: past one day (brief by its exception, stored by its own
+    // retention), within three (plain, gone) and forever.
+    app.db.execute(AGE_FIRST_BY_TWO_DAYS).await;
+    eventually("the two agents' one-day-old records to be pruned", || async {
+        (actions("brief").await == ["resource.put"] && actions("stored").await == ["resource.put"]).then_some(())
+    })
+    .await;
+    // Sweeps every 100 ms: a few more have passed, and kept the others.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(actions("plain").await, ["agent.create", "resource.put"]);
+    assert_eq!(actions("forever").await, ["agent.create", "resource.put"]);
+    assert_eq!(actions("gone").await, ["agent.create", "resource.put", "agent.delete"]);
+
+    // Four days old: past the configured three.
+    app.db.execute(AGE_FIRST_BY_TWO_DAYS).await;
+    eventually("the three-day records to be pruned", || async {
+        (actions("plain").await == ["resource.put"] && actions("gone").await == ["resource.put", "agent.delete"])
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(actions("forever").await, ["agent.create", "resource.put"]);
+    let dir = TempDir::new();
+    // The pruned chains verify from their anchors. "forever" kept the record this test aged, which is an
+    // alteration that verification finds.
+    let output = run_hivegate(dir.path(), app.db.url(), &["audit", "verify"]).await;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    for line in
+        ["ok      brief: 1 records", "ok      stored: 1 records", "ok      plain: 1 records", "ok      gone: 2 records"]
+    {
+        assert!(stdout.contains(line), "{stdout}");
+    }
+    assert!(stdout.contains("BROKEN  forever: record") && !output.status.success(), "{stdout}");
+}
+
 /// The listing pages in its order (time desc, id desc) with cursors that carry the position, also through
 /// records of the same time, and across agents; a cursor of one agent's listing is refused for another's.
 async fn audit_pages(backend: Backend) {
@@ -428,6 +505,12 @@ async fn a_full_queue_refuses_requests_with_reject(backend: Backend) {
 const AGE_FIRST_STREAM_ROW_BY_TWO_DAYS: &str = "update audit_batch \
      set records = replace(records, ',' || first_at || ',', ',' || (first_at - 172800000000) || ','), \
      first_at = first_at - 172800000000, last_at = last_at - 172800000000 where seq = 1";
+
+/// Makes the first record of every agent's own chain (a segment of one) two days older.
+const AGE_FIRST_BY_TWO_DAYS: &str = "update audit_segment \
+     set records = replace(records, ',' || first_at || ',', ',' || (first_at - 172800000000) || ','), \
+     first_at = first_at - 172800000000, last_at = last_at - 172800000000 \
+     where first_seq = 1 and last_seq = 1";
 
 /// Makes the records at positions 1 to 3 of every agent's own chain two days older (each a segment of one
 /// record).

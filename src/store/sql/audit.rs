@@ -320,6 +320,46 @@ macro_rules! impl_audit_store {
                 Ok(heads.into_iter().map(HeadRow::into_chain_head).collect())
             }
 
+            async fn audit_chains_to_prune(
+                &self,
+                now: Timestamp,
+                before: Timestamp,
+                default_before: Option<Timestamp>,
+            ) -> StoreResult<Vec<(String, Option<u32>)>> {
+                // The index on `last_at` bounds the scan to records older than the shortest retention; each
+                // is then held against its own agent's. Planned for the values bound (not a prepared plan),
+                // so that the bound is used.
+                let rows = sqlx::query_as::<$db, (String, Option<i64>)>(
+                    "select distinct s.agent_id, a.audit_retention_days from audit_segment s \
+                     left join agent a on a.agent_id = s.agent_id \
+                     where s.last_at < $1 and s.first_seq > 0 and case \
+                       when a.audit_retention_days is null then s.last_at < $3 \
+                       else a.audit_retention_days > 0 and s.last_at < $2 - a.audit_retention_days * 86400000000 \
+                     end",
+                )
+                .bind(before.as_micros())
+                .bind(now.as_micros())
+                .bind(default_before.map_or(i64::MIN, Timestamp::as_micros))
+                .persistent(false)
+                .fetch_all(self.reader())
+                .await
+                .map_err(Self::error)?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(agent, days)| (agent, days.map(|days| u32::try_from(days).unwrap_or(u32::MAX))))
+                    .collect())
+            }
+
+            async fn shortest_audit_retention(&self) -> StoreResult<Option<u32>> {
+                let days = sqlx::query_scalar::<$db, Option<i64>>(
+                    "select min(audit_retention_days) from agent where audit_retention_days > 0",
+                )
+                .fetch_one(self.reader())
+                .await
+                .map_err(Self::error)?;
+                Ok(days.map(|days| u32::try_from(days).unwrap_or(u32::MAX)))
+            }
+
             async fn prune_audit(&self, agent: &AgentId, before: Timestamp, max: u32) -> StoreResult<u64> {
                 // Most chains hold nothing old enough most of the time. A read says so without locking the
                 // chain's head, which would wait for the audit writer's open batch and write a row version,
