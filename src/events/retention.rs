@@ -89,17 +89,19 @@ async fn run(store: Arc<dyn Store>, retention: Retention) {
 /// retention (the agent's own `auditRetentionDays`, else the configuration's; a deleted agent's chain by the
 /// configuration), oldest records first, keeping the chain verifiable.
 ///
-/// A sweep costs what there is to prune, not a query per agent: one query finds the chains holding a record
-/// past its retention (by the index on the records' time, from the shortest retention in effect), and only
-/// those, and the agents the configuration makes an exception for, are looked at one by one.
+/// A sweep's queries do not grow with the number of agents: one query finds the chains holding a record
+/// past its retention, reading the records older than the shortest retention in effect (of
+/// `retention_days` and the agents' stored ones) by the index on their time; only those chains, and the
+/// agents the configuration makes an exception for, are looked at one by one.
 async fn prune_audit(store: &dyn Store, audit: &AuditConfig, now: i64) -> Result<(), crate::store::StoreError> {
     let before_days = |days: u64| {
         let age = Duration::from_secs(days.saturating_mul(24 * 60 * 60));
         Timestamp::from_micros(now.saturating_sub(micros(age)))
     };
-    let configured = std::iter::once(audit.retention_days).chain(audit.agent_retention_days.values().copied());
+    // The agents of `audit.agent_retention_days` are checked one by one below: their retention does not
+    // widen the query's scan.
     let stored = store.shortest_audit_retention().await?.map(u64::from);
-    let mut chains = match configured.chain(stored).filter(|days| *days > 0).min() {
+    let mut chains = match std::iter::once(audit.retention_days).chain(stored).filter(|days| *days > 0).min() {
         Some(shortest) => {
             let default_before = (audit.retention_days > 0).then(|| before_days(audit.retention_days));
             store.audit_chains_to_prune(Timestamp::from_micros(now), before_days(shortest), default_before).await?

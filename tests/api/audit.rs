@@ -336,7 +336,18 @@ async fn retention_by_agent(backend: Backend) {
         config.events.prune_interval_ms = 100;
     })
     .await;
-    for (agent, days) in [("plain", None), ("brief", None), ("forever", None), ("stored", Some(1)), ("gone", Some(1))] {
+    // "short" keeps its records for a day by its own retention, shorter than anything configured, and
+    // "keeper" forever by its own.
+    let agents = [
+        ("plain", None),
+        ("brief", None),
+        ("forever", None),
+        ("stored", Some(1)),
+        ("short", Some(1)),
+        ("keeper", Some(0)),
+        ("gone", Some(1)),
+    ];
+    for (agent, days) in agents {
         let mut body = json!({"id": agent, "name": agent});
         if let Some(days) = days {
             body["auditRetentionDays"] = json!(days);
@@ -365,11 +376,16 @@ async fn retention_by_agent(backend: Backend) {
     };
     assert_eq!(actions("gone").await, ["agent.create", "resource.put", "agent.delete"]);
 
-    // Every agent's agent.create two days old: past one day (brief by its exception, stored by its own
-    // retention), within three (plain, gone) and forever.
+    // Every agent's agent.create two days old: past one day (brief by its exception, stored and short by
+    // their own retention), within three (plain, gone) and forever.
     app.db.execute(AGE_FIRST_BY_TWO_DAYS).await;
-    eventually("the two agents' one-day-old records to be pruned", || async {
-        (actions("brief").await == ["resource.put"] && actions("stored").await == ["resource.put"]).then_some(())
+    eventually("the one-day-old records to be pruned", || async {
+        let pruned = ["brief", "stored", "short"];
+        let mut left = Vec::new();
+        for agent in pruned {
+            left.push(actions(agent).await);
+        }
+        left.iter().all(|actions| actions == &["resource.put"]).then_some(())
     })
     .await;
     // Sweeps every 100 ms: a few more have passed, and kept the others.
@@ -387,9 +403,10 @@ async fn retention_by_agent(backend: Backend) {
     .await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert_eq!(actions("forever").await, ["agent.create", "resource.put"]);
+    assert_eq!(actions("keeper").await, ["agent.create", "resource.put"]);
     let dir = TempDir::new();
-    // The pruned chains verify from their anchors. "forever" kept the record this test aged, which is an
-    // alteration that verification finds.
+    // The pruned chains verify from their anchors. "forever" and "keeper" kept the record this test aged,
+    // which is an alteration that verification finds.
     let output = run_hivegate(dir.path(), app.db.url(), &["audit", "verify"]).await;
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     for line in
@@ -397,7 +414,9 @@ async fn retention_by_agent(backend: Backend) {
     {
         assert!(stdout.contains(line), "{stdout}");
     }
-    assert!(stdout.contains("BROKEN  forever: record") && !output.status.success(), "{stdout}");
+    assert!(stdout.contains("ok      short: 1 records"), "{stdout}");
+    assert!(stdout.contains("BROKEN  forever: record") && stdout.contains("BROKEN  keeper: record"), "{stdout}");
+    assert!(!output.status.success(), "{stdout}");
 }
 
 /// The listing pages in its order (time desc, id desc) with cursors that carry the position, also through
