@@ -47,7 +47,7 @@ section! {
         pub retention_secs: u64 = 24 * 60 * 60,
         /// At most this many of each agent's latest events are kept.
         pub retention_count: u64 = 10_000,
-        /// How often each replica runs the pruning of old events and expired sessions.
+        /// How often each replica prunes old events, expired sessions and audit records past their retention.
         pub prune_interval_ms: u64 = 60_000,
     }
 }
