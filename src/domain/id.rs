@@ -79,7 +79,8 @@ pub struct ResourceUri(String);
 impl ResourceUri {
     pub fn parse(value: &str) -> Result<Self, InvalidValue> {
         Self::check_length(value)?;
-        match iri_string::types::UriAbsoluteString::try_from(value.to_owned()) {
+        // Checked in place: the borrowed form validates without a copy of its own.
+        match iri_string::types::UriAbsoluteStr::new(value) {
             Ok(_) => Ok(Self(value.to_owned())),
             Err(_) => {
                 Err(InvalidValue(format!("resource URI {value:?} is not an absolute URI (RFC 3986, scheme required)")))

@@ -46,7 +46,8 @@ pub fn scan(bytes: &[u8], max_depth: usize) -> Shape {
     let mut shape = Shape::default();
     // Bit `n`: level `n` is an object. The keys of every open object, each object's after its start marker.
     let (mut depth, mut objects) = (0usize, 0u128);
-    let mut keys: Vec<Key> = Vec::new();
+    // Room for the keys of a JSON-RPC message and its params without growing.
+    let mut keys: Vec<Key> = Vec::with_capacity(16);
     // Whether the next string is a key: after `{` or `,` in an object.
     let mut wants_key = false;
     let mut at = 0;

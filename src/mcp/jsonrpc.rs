@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::error::Category;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -115,10 +117,11 @@ struct Envelope {
     method: Option<Value>,
     #[serde(default)]
     params: Option<Value>,
+    /// Only whether it is there matters (a client's answer), so it is skipped, not built.
     #[serde(default)]
-    result: Option<Value>,
+    result: Option<IgnoredAny>,
     #[serde(default)]
-    error: Option<Value>,
+    error: Option<IgnoredAny>,
 }
 
 /// Keeps a present `id` even when it is `null` (plain `Option` would fold `null` into absent).
@@ -129,6 +132,22 @@ fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Box<RawV
 /// Parses a POST body. Invalid JSON is -32700 (HTTP 400); an empty batch or a body that is neither an object
 /// nor an array is -32600 (HTTP 400); each message's own shape errors are reported per message.
 pub fn parse(body: &[u8]) -> Result<Body, McpError> {
+    // A single message, as nearly every body is, is read into its envelope in one pass over the text (UTF-8
+    // throughout, as the other path requires, though the envelope skips members it does not keep).
+    if let Ok(text) = std::str::from_utf8(body)
+        && text.trim_start().starts_with('{')
+    {
+        return match serde_json::from_str::<Envelope>(text) {
+            Ok(envelope) => Ok(Body::Single(message_of(envelope))),
+            // A member the envelope refuses (one given twice) makes the message malformed, but only once the
+            // whole body is known to be JSON: invalid JSON is reported as such, wherever it is.
+            Err(error) if error.classify() == Category::Data => match serde_json::from_str::<IgnoredAny>(text) {
+                Ok(_) => Ok(Body::Single(Err(malformed(None, &error.to_string())))),
+                Err(invalid) => Err(McpError::Parse(invalid.to_string())),
+            },
+            Err(error) => Err(McpError::Parse(error.to_string())),
+        };
+    }
     let raw: Box<RawValue> = serde_json::from_slice(body).map_err(|e| McpError::Parse(e.to_string()))?;
     let text = raw.get();
     if text.starts_with('[') {
@@ -157,18 +176,28 @@ pub fn refuse_duplicate_key(body: Body, key: &str) -> Result<Body, McpError> {
     }
 }
 
+/// A message that is not a valid JSON-RPC message for `reason`.
+fn malformed(id: Option<RequestId>, reason: &str) -> Malformed {
+    Malformed { id, error: McpError::InvalidRequest(reason.to_owned()) }
+}
+
+/// One member of a batch.
 fn message(raw: &RawValue) -> Result<Message, Malformed> {
-    let malformed =
-        |id: Option<RequestId>, reason: &str| Malformed { id, error: McpError::InvalidRequest(reason.to_owned()) };
     if !raw.get().starts_with('{') {
         return Err(malformed(None, "a JSON-RPC message must be an object"));
     }
     let envelope: Envelope = serde_json::from_str(raw.get()).map_err(|e| malformed(None, &e.to_string()))?;
-    let id = envelope.id.clone().and_then(RequestId::parse);
+    message_of(envelope)
+}
+
+/// The message a parsed envelope holds.
+fn message_of(envelope: Envelope) -> Result<Message, Malformed> {
+    let has_id = envelope.id.is_some();
+    let id = envelope.id.and_then(RequestId::parse);
     if envelope.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
         return Err(malformed(id, "\"jsonrpc\" must be \"2.0\""));
     }
-    if envelope.id.is_some() && id.is_none() {
+    if has_id && id.is_none() {
         return Err(malformed(None, "\"id\" must be a string or a number"));
     }
     let Some(method) = envelope.method else {
@@ -344,6 +373,35 @@ mod tests {
             panic!("batch")
         };
         assert!(items[0].is_ok() && items[1].is_err());
+    }
+
+    /// A single message is read in one pass; what it finds must be what the batch path finds for the same
+    /// object: invalid JSON anywhere is a parse error, even after a member given twice, and so are bytes that
+    /// are not UTF-8 in a member the envelope skips.
+    #[test]
+    fn a_single_message_is_judged_as_a_batch_member_is() {
+        let twice = single(r#" {"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#).expect_err("id twice");
+        assert!(twice.id.is_none() && twice.error.to_string().contains("duplicate field"), "{}", twice.error);
+        assert!(matches!(parse(br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping""#), Err(McpError::Parse(_))));
+        assert!(matches!(
+            parse(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"x\":\"\xff\"}"),
+            Err(McpError::Parse(_))
+        ));
+        assert!(matches!(parse(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"\xff\"}"), Err(McpError::Parse(_))));
+        assert!(matches!(parse(br#"{"jsonrpc":"2.0","id":1,"method":"ping"} x"#), Err(McpError::Parse(_))));
+        let bodies = [
+            r#"{"jsonrpc":"2.0","id":"a","method":"ping","params":{"k":[1,{"v":null}]},"extra":{"deep":[true]}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"error":{"code":1}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"m","params":[1]}"#,
+            r#"{"jsonrpc":"2.0","method":"n"}"#,
+            r#"{"jsonrpc":"2.0","id":1.5e3,"method":"m"}"#,
+        ];
+        for body in bodies {
+            let alone = single(&format!("\n\t {body} \n"));
+            let Ok(Body::Batch(mut items)) = parse(format!("[{body}]").as_bytes()) else { panic!("batch") };
+            let member = items.remove(0);
+            assert_eq!(format!("{alone:?}"), format!("{member:?}"), "{body}");
+        }
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! [`single_host`]: crate::mcp::origin::single_host
 //! [`single_origin`]: crate::mcp::origin::single_origin
 
+use std::cell::RefCell;
+
 use axum::http::uri::Authority;
 use axum::http::{HeaderMap, HeaderName, Uri, header};
 
@@ -50,7 +52,29 @@ pub fn check(headers: &HeaderMap, uri: &Uri, config: &McpConfig) -> Result<(), M
 /// `host[:port]` (RFC 9110 §7.2: no user information, no path, a numeric port).
 pub fn single_host(headers: &HeaderMap) -> Result<Option<&str>, HeaderFieldError> {
     let Some(host) = single(headers, header::HOST)? else { return Ok(None) };
-    if is_authority(host) { Ok(Some(host)) } else { Err(HeaderFieldError::NotAHost(host.to_owned())) }
+    if is_known_authority(host) { Ok(Some(host)) } else { Err(HeaderFieldError::NotAHost(host.to_owned())) }
+}
+
+thread_local! {
+    /// The last `Host` this thread found to be an authority. A client sends the same `Host` with every
+    /// request, and parsing it copies it into an `Authority` of its own: comparing with the last one is a
+    /// `memcmp`. Whether a text is an authority depends on the text alone, never on the configuration.
+    static LAST_AUTHORITY: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// [`is_authority`], answered from [`LAST_AUTHORITY`] when `text` is the last authority this thread saw.
+fn is_known_authority(text: &str) -> bool {
+    LAST_AUTHORITY.with_borrow_mut(|last| {
+        if !last.is_empty() && last == text {
+            return true;
+        }
+        let is_authority = is_authority(text);
+        if is_authority {
+            last.clear();
+            last.push_str(text);
+        }
+        is_authority
+    })
 }
 
 /// The request's `Origin`, if it has one; an error (saying why) when it has several, or one that is neither
@@ -205,6 +229,21 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(header::HOST, HeaderValue::from_bytes(b"localhost\xff").expect("opaque bytes"));
         assert!(check(&headers, &Uri::from_static("/a/mcp"), &config).is_err(), "not ASCII");
+    }
+
+    /// The remembered authority answers only for the same text: a malformed or refused `Host` after it is
+    /// judged on its own.
+    #[test]
+    fn the_last_authority_answers_only_for_itself() {
+        let config = McpConfig::default();
+        for _ in 0..2 {
+            assert!(request(Some("localhost:8080"), None, &config).is_ok());
+            assert!(request(Some("localhost:99999"), None, &config).is_err());
+            assert!(request(Some("localhost:8080/x"), None, &config).is_err());
+            assert!(request(Some("evil.example.com:8080"), None, &config).is_err(), "well-formed, not allowed");
+            assert!(request(Some("localhost:8080"), None, &config).is_ok());
+            assert!(request(Some("localhost:808"), None, &config).is_ok());
+        }
     }
 
     #[test]

@@ -156,12 +156,11 @@ where
     F: FnOnce(C::Item) -> Option<(usize, G)>,
     G: FnOnce() -> T + Send + 'static,
 {
-    let store = ctx.registry().store().clone();
-    let agent = ctx.agent.id.clone();
-    let renders = Arc::clone(&ctx.state.renders);
-    let found = ctx
-        .registry()
-        .get_or_load(&ctx.agent.id, cache_key, || async move {
+    // What the load owns is copied only on a miss.
+    let load = || {
+        let (store, agent, renders) =
+            (ctx.registry().store().clone(), ctx.agent.id.clone(), Arc::clone(&ctx.state.renders));
+        async move {
             let Some((bytes, compile)) = C::store(&*store).get(&agent, &key).await?.and_then(prepare) else {
                 return Ok(Loaded { value: None, bytes: Some(64) });
             };
@@ -170,8 +169,9 @@ where
                 .await
                 .map_err(|error| StoreError::Corrupt(format!("compiling {what} did not complete: {error}")))?;
             Ok(Loaded { value: Some(Arc::new(compiled)), bytes: Some(bytes) })
-        })
-        .await?;
+        }
+    };
+    let found = ctx.registry().get_or_load(&ctx.agent.id, cache_key, load).await?;
     Ok(found.as_ref().clone())
 }
 

@@ -85,13 +85,11 @@ impl McpMethod for ReadResource {
 
 /// The stored resource at `uri` (or its absence), through the cache when small.
 async fn stored(ctx: &Context<'_>, uri: &str) -> Result<Arc<Stored>, McpError> {
-    let store = ctx.registry().store().clone();
-    let agent = ctx.agent.id.clone();
     let max = ctx.registry().max_content_bytes() as u64;
-    let owned = uri.to_owned();
-    let loaded = ctx
-        .registry()
-        .get_or_load(&ctx.agent.id, Key::Content(uri.to_owned()), || async move {
+    // What the load owns is copied only on a miss.
+    let load = || {
+        let (store, agent, owned) = (ctx.registry().store().clone(), ctx.agent.id.clone(), uri.to_owned());
+        async move {
             let Some((resource, content)) = store.get_resource(&agent, &owned).await? else {
                 return Ok(Loaded { value: None, bytes: Some(owned.len()) });
             };
@@ -100,8 +98,9 @@ async fn stored(ctx: &Context<'_>, uri: &str) -> Result<Arc<Stored>, McpError> {
             let size = content.size();
             let bytes = (size <= max).then(|| item.get().len() + resource.uri.as_str().len() * 2);
             Ok(Loaded { value: Some(StoredItem { resource, size, item: Arc::from(item) }), bytes })
-        })
-        .await?;
+        }
+    };
+    let loaded = ctx.registry().get_or_load(&ctx.agent.id, Key::Content(uri.to_owned()), load).await?;
     Ok(loaded)
 }
 
