@@ -238,6 +238,12 @@ async fn body_and_envelope_errors(backend: Backend) {
         (r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#, Value::Null),
         (r#"{"jsonrpc":"2.0","id":2,"method":"ping","params":"x"}"#, json!(2)),
         ("42", Value::Null),
+        // JSON whose envelope cannot be read (a number out of range, a lone surrogate, a member twice): the
+        // message is malformed, not the JSON, alone as in a batch.
+        (r#"{"jsonrpc":"2.0","id":3,"method":"ping","params":[1e400]}"#, Value::Null),
+        (r#"{"jsonrpc":"2.0","id":3,"method":"\udc00"}"#, Value::Null),
+        (r#"{"jsonrpc":"2.0","id":3,"id":4,"method":"ping"}"#, Value::Null),
+        (r#"{"jsonrpc":"2.0","id":3,"result":1e400}"#, Value::Null),
     ] {
         let answer = Answer::of(mcp.post().body(body).send().await.unwrap()).await;
         answer.error(StatusCode::BAD_REQUEST, -32600);
