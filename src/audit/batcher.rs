@@ -10,9 +10,9 @@ use std::time::Duration;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 
+use super::chain::QueuedRecord;
 use super::stream::AuditStream;
 use super::writer::{AuditStats, Doorbell};
-use crate::domain::model::AuditRecord;
 use crate::domain::time::Timestamp;
 use crate::store::Store;
 
@@ -34,7 +34,7 @@ pub(super) struct Batcher {
 
 impl Batcher {
     /// Writes batches until `stop`, then everything still queued.
-    pub(super) async fn run(&mut self, mut receiver: mpsc::Receiver<AuditRecord>, mut stop: oneshot::Receiver<()>) {
+    pub(super) async fn run(&mut self, mut receiver: mpsc::Receiver<QueuedRecord>, mut stop: oneshot::Receiver<()>) {
         let mut batch = Vec::with_capacity(self.batch_size);
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -72,8 +72,8 @@ impl Batcher {
     /// when every sender is gone.
     async fn drain(
         &mut self,
-        receiver: &mut mpsc::Receiver<AuditRecord>,
-        batch: &mut Vec<AuditRecord>,
+        receiver: &mut mpsc::Receiver<QueuedRecord>,
+        batch: &mut Vec<QueuedRecord>,
         everything: bool,
     ) -> bool {
         let open = loop {
@@ -103,7 +103,7 @@ impl Batcher {
     /// A batch the database refuses for a value in it (a data exception, which no retry can fix) is split
     /// in halves, each written on its own, down to the records it refuses: those alone are dropped, counted
     /// and logged, so that one bad record cannot hold up every record after it.
-    async fn write(&mut self, batch: &mut Vec<AuditRecord>) {
+    async fn write(&mut self, batch: &mut Vec<QueuedRecord>) {
         if self.write_whole(batch).await {
             // Thousands of records, a dozen allocations each, are freed.
             crate::store::off_the_workers(batch.len(), || batch.clear());
@@ -122,7 +122,7 @@ impl Batcher {
                 self.stats.refused.fetch_add(records.len() as u64, Ordering::Relaxed);
                 self.stats.dropped.fetch_add(records.len() as u64, Ordering::Relaxed);
                 for record in &records {
-                    tracing::error!(agent = %record.agent_id, method = ?record.method, target = ?record.target,
+                    tracing::error!(agent = %record.agent_id(), record = %record.text(),
                         "audit record refused by the database: dropped");
                 }
             }
@@ -131,9 +131,9 @@ impl Batcher {
 
     /// Writes `records` in one transaction, retrying with backoff while the database is unavailable;
     /// false when the database refuses a value in them.
-    async fn write_whole(&mut self, records: &mut [AuditRecord]) -> bool {
+    async fn write_whole(&mut self, records: &mut [QueuedRecord]) -> bool {
         let mut backoff = Duration::from_millis(100);
-        let oldest = records.iter().map(|record| record.occurred_at.as_micros()).min().unwrap_or_default();
+        let oldest = records.iter().map(QueuedRecord::occurred_at).min().unwrap_or_default();
         loop {
             match self.store.append_audit(&mut self.stream, records).await {
                 Ok(()) => {

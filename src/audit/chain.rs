@@ -9,7 +9,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::domain::model::AuditRecord;
+use crate::domain::model::{AuditRecord, AuditText};
 
 /// The hash before the first record of a chain.
 pub const GENESIS: &str = "";
@@ -44,15 +44,17 @@ fn hex_text(digits: &[u8; 64]) -> &str {
 }
 
 /// Appends `record`, at position `seq` after the record whose hash `hash` holds, to `out` as the store
-/// keeps it: its hashed fields as `chain_fields` writes them with its hash as one more element, so that the
-/// bytes are written once for both. `hash` then holds the record's own hash, written over the previous one
-/// in place: the writer chains every MCP request's record, and a string a record was an allocation each.
-pub fn append_stored_record(out: &mut Vec<u8>, hash: &mut String, record: &AuditRecord, seq: i64) {
+/// keeps it: its hashed fields as `chain_fields` writes them (the queued ones with the position put in)
+/// with its hash as one more element, so that the bytes are written once for both. `hash` then holds the
+/// record's own hash, written over the previous one in place: the writer chains every MCP request's record,
+/// and a string a record was an allocation each.
+pub fn append_stored_record(out: &mut Vec<u8>, hash: &mut String, record: &QueuedRecord, seq: i64) {
     let start = out.len();
-    let mut fields = JsonArray { out: std::mem::take(out), start };
-    fields.out.push(b'[');
-    write_chain_fields(&mut fields, record, seq);
-    *out = fields.finish();
+    let (before, after) = record.fields.split_at(record.seq_at);
+    out.extend_from_slice(before);
+    out.push(b',');
+    out.extend_from_slice(itoa::Buffer::new().format(seq).as_bytes());
+    out.extend_from_slice(after);
     let digits = hash_digits(hash, &out[start..]);
     out.pop();
     out.extend_from_slice(b",\"");
@@ -62,38 +64,145 @@ pub fn append_stored_record(out: &mut Vec<u8>, hash: &mut String, record: &Audit
     hash.push_str(hex_text(&digits));
 }
 
+/// A record on its way to a writer stream: its hashed fields already written as [`chain_fields`] writes
+/// them, all but its chain position, which the writer sets. One buffer a record, written where the record
+/// is made: the writer only copies it into its row beside the position and hashes it.
+#[derive(Debug, Clone, Default)]
+pub struct QueuedRecord {
+    agent_id: AuditText,
+    occurred_at: i64,
+    /// The compact JSON array of the fields without the position (the third element).
+    fields: Vec<u8>,
+    /// Where the position goes: after the id and the agent, before the `,` that follows them.
+    seq_at: usize,
+}
+
+impl QueuedRecord {
+    /// The record of `fields`.
+    pub fn new(fields: &ChainFields<'_>) -> Self {
+        let mut array = JsonArray::with_capacity(384);
+        array.string(fields.id);
+        array.string(fields.agent_id);
+        let seq_at = array.out.len();
+        write_fields_after_seq(&mut array, fields);
+        Self {
+            agent_id: AuditText::from(fields.agent_id),
+            occurred_at: fields.occurred_at,
+            fields: array.finish(),
+            seq_at,
+        }
+    }
+
+    pub fn agent_id(&self) -> &AuditText {
+        &self.agent_id
+    }
+
+    /// Its fields as text, the position left out (for logs).
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.fields)
+    }
+
+    /// When it happened (µs since the Unix epoch).
+    pub fn occurred_at(&self) -> i64 {
+        self.occurred_at
+    }
+}
+
+impl From<&AuditRecord> for QueuedRecord {
+    fn from(record: &AuditRecord) -> Self {
+        Self::new(&ChainFields::of(record))
+    }
+}
+
+/// The hashed fields of a record, borrowed from wherever they are, in the order they are hashed; `actor`
+/// in parts, joined.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ChainFields<'a> {
+    pub id: &'a str,
+    pub agent_id: &'a str,
+    pub occurred_at: i64,
+    pub kind: &'a str,
+    pub actor: [&'a str; 2],
+    pub action: &'a str,
+    pub target: &'a str,
+    pub before_digest: Option<&'a str>,
+    pub after_digest: Option<&'a str>,
+    pub request_id: Option<&'a str>,
+    pub key_id: Option<&'a str>,
+    pub key_prefix: Option<&'a str>,
+    pub session_id: Option<&'a str>,
+    pub method: Option<&'a str>,
+    pub outcome: Option<&'a str>,
+    pub error_code: Option<i64>,
+    pub bytes_out: Option<i64>,
+    pub latency_us: Option<i64>,
+    pub client_ip: Option<&'a str>,
+    pub user_agent: Option<&'a str>,
+    pub trace_id: Option<&'a str>,
+}
+
+impl<'a> ChainFields<'a> {
+    pub fn of(record: &'a AuditRecord) -> Self {
+        Self {
+            id: &record.id,
+            agent_id: &record.agent_id,
+            occurred_at: record.occurred_at.as_micros(),
+            kind: &record.kind,
+            actor: [&record.actor, ""],
+            action: &record.action,
+            target: &record.target,
+            before_digest: record.before_digest.as_deref(),
+            after_digest: record.after_digest.as_deref(),
+            request_id: record.request_id.as_deref(),
+            key_id: record.key_id.as_deref(),
+            key_prefix: record.key_prefix.as_deref(),
+            session_id: record.session_id.as_deref(),
+            method: record.method.as_deref(),
+            outcome: record.outcome.as_deref(),
+            error_code: record.error_code.map(i64::from),
+            bytes_out: record.bytes_out,
+            latency_us: record.latency_us,
+            client_ip: record.client_ip.as_deref(),
+            user_agent: record.user_agent.as_deref(),
+            trace_id: record.trace_id.as_deref(),
+        }
+    }
+}
+
 /// The hashed fields of a record at position `seq`: the compact JSON array serde_json writes for them,
 /// byte for byte (stored chains must keep verifying), written straight into one buffer. A string with
 /// nothing to escape, as nearly every field is, is copied whole instead of byte by byte.
 fn chain_fields(record: &AuditRecord, seq: i64) -> Vec<u8> {
-    let mut fields = JsonArray::with_capacity(512);
-    write_chain_fields(&mut fields, record, seq);
-    fields.finish()
+    let fields = ChainFields::of(record);
+    let mut array = JsonArray::with_capacity(512);
+    array.string(fields.id);
+    array.string(fields.agent_id);
+    array.number(seq);
+    write_fields_after_seq(&mut array, &fields);
+    array.finish()
 }
 
-fn write_chain_fields(fields: &mut JsonArray, record: &AuditRecord, seq: i64) {
-    fields.string(&record.id);
-    fields.string(&record.agent_id);
-    fields.number(seq);
-    fields.number(record.occurred_at.as_micros());
-    fields.string(&record.kind);
-    fields.string(&record.actor);
-    fields.string(&record.action);
-    fields.string(&record.target);
-    fields.optional_string(record.before_digest.as_deref());
-    fields.optional_string(record.after_digest.as_deref());
-    fields.optional_string(record.request_id.as_deref());
-    fields.optional_string(record.key_id.as_deref());
-    fields.optional_string(record.key_prefix.as_deref());
-    fields.optional_string(record.session_id.as_deref());
-    fields.optional_string(record.method.as_deref());
-    fields.optional_string(record.outcome.as_deref());
-    fields.optional_number(record.error_code.map(i64::from));
-    fields.optional_number(record.bytes_out);
-    fields.optional_number(record.latency_us);
-    fields.optional_string(record.client_ip.as_deref());
-    fields.optional_string(record.user_agent.as_deref());
-    fields.optional_string(record.trace_id.as_deref());
+/// The fields after the position, each after its `,`.
+fn write_fields_after_seq(array: &mut JsonArray, fields: &ChainFields<'_>) {
+    array.number(fields.occurred_at);
+    array.string(fields.kind);
+    array.strings(fields.actor);
+    array.string(fields.action);
+    array.string(fields.target);
+    array.optional_string(fields.before_digest);
+    array.optional_string(fields.after_digest);
+    array.optional_string(fields.request_id);
+    array.optional_string(fields.key_id);
+    array.optional_string(fields.key_prefix);
+    array.optional_string(fields.session_id);
+    array.optional_string(fields.method);
+    array.optional_string(fields.outcome);
+    array.optional_number(fields.error_code);
+    array.optional_number(fields.bytes_out);
+    array.optional_number(fields.latency_us);
+    array.optional_string(fields.client_ip);
+    array.optional_string(fields.user_agent);
+    array.optional_string(fields.trace_id);
 }
 
 /// A compact JSON array written element by element, as serde_json writes one.
@@ -129,6 +238,20 @@ impl JsonArray {
             self.out.extend_from_slice(value.as_bytes());
             self.out.push(b'"');
         }
+    }
+
+    /// One string of `parts` joined: JSON escapes character by character, so each part is escaped alone.
+    fn strings(&mut self, parts: [&str; 2]) {
+        if parts[1].is_empty() {
+            return self.string(parts[0]);
+        }
+        self.string(parts[0]);
+        // The closing quote of the first part gives way to the second part, whose opening quote goes.
+        self.out.pop();
+        let resume = self.out.len();
+        self.string(parts[1]);
+        // `string` wrote `,"` before the second part (the array had elements): take them out.
+        self.out.drain(resume..resume + 2);
     }
 
     fn optional_string(&mut self, value: Option<&str>) {
@@ -279,7 +402,7 @@ mod tests {
         record.user_agent = Some("quote \" and \\ and \u{1}".into());
         let mut out = b"[".to_vec();
         let mut hash = "prev".to_owned();
-        append_stored_record(&mut out, &mut hash, &record, 7);
+        append_stored_record(&mut out, &mut hash, &QueuedRecord::from(&record), 7);
         assert_eq!(hash, chain_hash("prev", &record, 7));
         let fields = chain_fields(&record, 7);
         let expected = format!("[{},\"{hash}\"]", String::from_utf8_lossy(&fields[..fields.len() - 1]));

@@ -27,7 +27,8 @@ use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse as _, Response};
 use serde_json::Value;
 
-use crate::domain::model::{Agent, AuditRecord, AuditText, KeyRecord};
+use super::chain::{ChainFields, QueuedRecord};
+use crate::domain::model::{Agent, AuditText, KeyRecord};
 use crate::domain::session::SessionToken;
 use crate::domain::time::Timestamp;
 use crate::http::REQUEST_ID;
@@ -232,12 +233,14 @@ fn user_agent_text(value: &axum::http::HeaderValue) -> AuditText {
     cut(&escaped)
 }
 
-/// `address` as the record stores it. An IPv4 address is written octet by octet: `Ipv4Addr`'s `Display` goes
-/// through `Formatter::pad`, about 1,300 instructions for every request's record. IPv6 keeps its own
-/// `Display` (the shortest form, RFC 5952).
-fn address_text(address: IpAddr) -> AuditText {
-    let IpAddr::V4(v4) = address else { return compact_str::ToCompactString::to_compact_string(&address) };
-    let mut text = AuditText::const_new("");
+/// `address` as the record stores it, written into `text` (empty). An IPv4 address is written octet by
+/// octet: `Ipv4Addr`'s `Display` goes through `Formatter::pad`, about 1,300 instructions for every request's
+/// record. IPv6 keeps its own `Display` (the shortest form, RFC 5952).
+fn address_text(text: &mut AuditText, address: IpAddr) {
+    let IpAddr::V4(v4) = address else {
+        *text = compact_str::ToCompactString::to_compact_string(&address);
+        return;
+    };
     let mut digits = itoa::Buffer::new();
     for (index, octet) in v4.octets().into_iter().enumerate() {
         if index > 0 {
@@ -245,7 +248,6 @@ fn address_text(address: IpAddr) -> AuditText {
         }
         text.push_str(digits.format(octet));
     }
-    text
 }
 
 /// Around `/{agent_id}/mcp` ([`crate::mcp::transport::endpoint`]): turns the [`Trail`] on the answer of `run` into
@@ -267,7 +269,7 @@ where
     let client_ip = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(peer)| address_text(state.guard.client_ip(peer.ip(), headers)));
+        .map(|ConnectInfo(peer)| state.guard.client_ip(peer.ip(), headers));
     let user_agent = headers.get(header::USER_AGENT).map(user_agent_text);
     let request_id = headers.get(REQUEST_ID).and_then(|v| v.to_str().ok()).map(cut);
     // The trace the request span joined; a message's `_meta` overrides it below.
@@ -310,7 +312,7 @@ where
                 latency: item.latency,
                 trace_id: item.trace_id.or_else(|| trace_id.clone()),
             };
-            audit.record(common.clone().record(entry));
+            audit.record(common.record(&entry));
         }
         return response;
     }
@@ -326,19 +328,18 @@ where
         latency: elapsed,
         trace_id,
     };
-    audit.record(common.record(entry));
+    audit.record(common.record(&entry));
     response
 }
 
 /// What every record of one HTTP request shares.
-#[derive(Clone)]
 struct Common {
     agent_id: AuditText,
     key_id: AuditText,
     key_prefix: AuditText,
     session: Option<AuditText>,
     request_id: Option<AuditText>,
-    client_ip: Option<AuditText>,
+    client_ip: Option<IpAddr>,
     user_agent: Option<AuditText>,
 }
 
@@ -355,47 +356,109 @@ struct Entry {
 }
 
 impl Common {
-    fn record(self, entry: Entry) -> AuditRecord {
-        let outcome = if entry.is_ok { "ok" } else { "error" };
-        // Joined rather than formatted: every MCP request's record has one.
-        let mut actor = AuditText::with_capacity(4 + self.key_id.len());
-        actor.push_str("key:");
-        actor.push_str(&self.key_id);
-        AuditRecord {
-            id: AuditText::from(&*uuid::Uuid::now_v7().hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer())),
-            agent_id: self.agent_id,
-            occurred_at: entry.occurred_at,
-            kind: AuditText::const_new("mcp"),
-            actor,
-            action: entry.method.clone(),
-            target: entry.target,
-            request_id: self.request_id,
-            key_id: Some(self.key_id),
-            key_prefix: Some(self.key_prefix),
-            session_id: self.session,
-            method: Some(entry.method),
-            outcome: Some(AuditText::const_new(outcome)),
-            error_code: entry.error_code,
+    /// The record of `entry`, written straight into the one buffer the writer takes.
+    fn record(&self, entry: &Entry) -> QueuedRecord {
+        let mut id = uuid::Uuid::encode_buffer();
+        let id = uuid::Uuid::now_v7().hyphenated().encode_lower(&mut id);
+        let mut ip = AuditText::const_new("");
+        if let Some(address) = self.client_ip {
+            address_text(&mut ip, address);
+        }
+        QueuedRecord::new(&ChainFields {
+            id,
+            agent_id: &self.agent_id,
+            occurred_at: entry.occurred_at.as_micros(),
+            kind: "mcp",
+            actor: ["key:", &self.key_id],
+            action: &entry.method,
+            target: &entry.target,
+            before_digest: None,
+            after_digest: None,
+            request_id: self.request_id.as_deref(),
+            key_id: Some(&self.key_id),
+            key_prefix: Some(&self.key_prefix),
+            session_id: self.session.as_deref(),
+            method: Some(&entry.method),
+            outcome: Some(if entry.is_ok { "ok" } else { "error" }),
+            error_code: entry.error_code.map(i64::from),
             bytes_out: entry.bytes_out,
             latency_us: Some(i64::try_from(entry.latency.as_micros()).unwrap_or(i64::MAX)),
-            client_ip: self.client_ip,
-            user_agent: self.user_agent,
-            trace_id: entry.trace_id.map(Into::into),
-            ..AuditRecord::default()
-        }
+            client_ip: self.client_ip.map(|_| ip.as_str()),
+            user_agent: self.user_agent.as_deref(),
+            trace_id: entry.trace_id.as_deref(),
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::model::AuditRecord;
 
     #[test]
     fn addresses_are_written_as_display_writes_them() {
         for address in ["127.0.0.1", "0.0.0.0", "255.255.255.255", "10.20.3.4", "::1", "2001:db8::8a2e:370:7334"] {
             let ip: IpAddr = address.parse().expect("an address");
-            assert_eq!(address_text(ip), ip.to_string());
-            assert_eq!(address_text(ip), address);
+            let mut text = AuditText::const_new("");
+            address_text(&mut text, ip);
+            assert_eq!(text, ip.to_string());
+            assert_eq!(text, address);
+        }
+    }
+
+    /// A request's record is written straight into the writer's buffer: its bytes are those of the record
+    /// as an `AuditRecord` would be hashed and stored, the actor joined from its parts included.
+    #[test]
+    fn a_requests_record_is_written_as_its_audit_record_is() {
+        for (key_id, client_ip, error_code) in [
+            ("01a2189b-3f68-74d3-9740-08cf3cd84518", Some("127.0.0.1"), None),
+            ("k\"ey\\ \u{1} é", Some("2001:db8::1"), Some(-32602)),
+            ("", None, None),
+        ] {
+            let common = Common {
+                agent_id: "bot".into(),
+                key_id: key_id.into(),
+                key_prefix: "bak_abc".into(),
+                session: Some("digest".into()),
+                request_id: Some("req \"1\"".into()),
+                client_ip: client_ip.map(|ip| ip.parse().expect("an address")),
+                user_agent: None,
+            };
+            let entry = Entry {
+                occurred_at: Timestamp::from_micros(1_700_000_000_123_456),
+                method: "resources/read".into(),
+                target: "file:///a\nb".into(),
+                is_ok: error_code.is_none(),
+                error_code,
+                bytes_out: Some(1132),
+                latency: Duration::from_micros(17),
+                trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".to_owned()),
+            };
+            let queued = common.record(&entry);
+            let fields: Vec<Value> = serde_json::from_str(&queued.text()).expect("a JSON array");
+            let id = fields[0].as_str().expect("an id");
+            let expected = AuditRecord {
+                id: id.into(),
+                agent_id: "bot".into(),
+                occurred_at: entry.occurred_at,
+                kind: "mcp".into(),
+                actor: compact_str::format_compact!("key:{key_id}"),
+                action: "resources/read".into(),
+                target: entry.target.clone(),
+                request_id: common.request_id.clone(),
+                key_id: Some(key_id.into()),
+                key_prefix: Some("bak_abc".into()),
+                session_id: Some("digest".into()),
+                method: Some("resources/read".into()),
+                outcome: Some(if error_code.is_none() { "ok" } else { "error" }.into()),
+                error_code,
+                bytes_out: Some(1132),
+                latency_us: Some(17),
+                client_ip: client_ip.map(Into::into),
+                trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+                ..AuditRecord::default()
+            };
+            assert_eq!(queued.text(), QueuedRecord::from(&expected).text(), "key id {key_id:?}");
         }
     }
 

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
 
-use super::chain::append_stored_record;
+use super::chain::{QueuedRecord, append_stored_record};
 use crate::domain::model::{AuditRecord, AuditText};
 
 /// Agents' records of a batch are stored in this many buckets at most (by a hash of the agent id): a
@@ -136,10 +136,10 @@ impl AuditStream {
         self.heads.len()
     }
 
-    /// Chains `records` on: sorts them by bucket and agent (each agent's keep their order), sets each one's
-    /// position (its hashes are stored, not set on it), and encodes the rows. The stream itself moves on
+    /// Chains `records` on: sorts them by bucket and agent (each agent's keep their order), and encodes the
+    /// rows, each record with its position and hash. The stream itself moves on
     /// only by [`Self::commit`], once stored.
-    pub fn chain(&self, records: &mut [AuditRecord]) -> ChainedBatch {
+    pub fn chain(&self, records: &mut [QueuedRecord]) -> ChainedBatch {
         let buckets = sort_by_bucket(records);
         let mut batch =
             ChainedBatch { rows: Vec::new(), heads: Vec::new(), last_seq: self.seq, last_hash: self.hash.clone() };
@@ -152,10 +152,10 @@ impl AuditStream {
             out.push(b'[');
             let mut heads: Vec<RowHead> = Vec::new();
             let (mut first_at, mut last_at) = (i64::MAX, i64::MIN);
-            for record in &mut records[start..end] {
-                let at = record.occurred_at.as_micros();
+            for record in &records[start..end] {
+                let at = record.occurred_at();
                 (first_at, last_at) = (first_at.min(at), last_at.max(at));
-                let is_next_agent = current.as_ref().is_none_or(|(agent, _)| *agent != record.agent_id);
+                let is_next_agent = current.as_ref().is_none_or(|(agent, _)| agent != record.agent_id());
                 if is_next_agent {
                     if let Some((agent, head)) = current.take() {
                         close(&mut heads, &head);
@@ -163,10 +163,10 @@ impl AuditStream {
                     }
                     let head = self
                         .heads
-                        .get(&record.agent_id)
+                        .get(record.agent_id())
                         .cloned()
                         .unwrap_or_else(|| Head { seq: 0, hash: self.id.clone() });
-                    current = Some((record.agent_id.clone(), head));
+                    current = Some((record.agent_id().clone(), head));
                 }
                 let Some((agent, head)) = current.as_mut() else { continue };
                 if heads.last().is_none_or(|last| last.0 != agent.as_str()) {
@@ -176,7 +176,6 @@ impl AuditStream {
                     out.push(b',');
                 }
                 head.seq += 1;
-                record.chain_seq = Some(head.seq);
                 append_stored_record(&mut out, &mut head.hash, record, head.seq);
             }
             if let Some((_, head)) = &current {
@@ -226,12 +225,12 @@ fn close(heads: &mut [RowHead], head: &Head) {
 }
 
 /// Sorts `records` by bucket and agent, stably (each agent's keep their order); returns each one's bucket.
-fn sort_by_bucket(records: &mut [AuditRecord]) -> Vec<i32> {
+fn sort_by_bucket(records: &mut [QueuedRecord]) -> Vec<i32> {
     let mut keyed: Vec<(i32, usize)> = Vec::with_capacity(records.len());
     let mut buckets: HashMap<&str, i32, foldhash::fast::RandomState> = HashMap::default();
     let mut last: Option<(&str, i32)> = None;
     for (index, record) in records.iter().enumerate() {
-        let agent = record.agent_id.as_str();
+        let agent = record.agent_id().as_str();
         let bucket = match last {
             Some((previous, bucket)) if previous == agent => bucket,
             _ => *buckets.entry(agent).or_insert_with(|| bucket_of(agent)),
@@ -239,11 +238,11 @@ fn sort_by_bucket(records: &mut [AuditRecord]) -> Vec<i32> {
         last = Some((agent, bucket));
         keyed.push((bucket, index));
     }
-    keyed.sort_by(|a, b| (a.0, &records[a.1].agent_id).cmp(&(b.0, &records[b.1].agent_id)));
+    keyed.sort_by(|a, b| (a.0, records[a.1].agent_id()).cmp(&(b.0, records[b.1].agent_id())));
     let buckets = keyed.iter().map(|(bucket, _)| *bucket).collect();
     // Records of one agent, or already in order, stay where they are.
     if keyed.iter().enumerate().any(|(at, (_, index))| at != *index) {
-        let mut taken: Vec<Option<AuditRecord>> =
+        let mut taken: Vec<Option<QueuedRecord>> =
             records.iter_mut().map(|record| Some(std::mem::take(record))).collect();
         for (slot, (_, index)) in records.iter_mut().zip(keyed) {
             if let Some(record) = taken[index].take() {
@@ -256,12 +255,12 @@ fn sort_by_bucket(records: &mut [AuditRecord]) -> Vec<i32> {
 
 /// Where the row starting at `start` ends: at the next bucket, after [`ROW_RECORDS`] records, or before a
 /// record that would take its span of time over [`ROW_SPAN`].
-fn row_end(records: &[AuditRecord], buckets: &[i32], start: usize) -> usize {
-    let first = records[start].occurred_at.as_micros();
+fn row_end(records: &[QueuedRecord], buckets: &[i32], start: usize) -> usize {
+    let first = records[start].occurred_at();
     let (mut low, mut high) = (first, first);
     let mut end = start + 1;
     while end < records.len() && buckets[end] == buckets[start] && end - start < ROW_RECORDS {
-        let at = records[end].occurred_at.as_micros();
+        let at = records[end].occurred_at();
         if at.max(high).saturating_sub(at.min(low)) > ROW_SPAN {
             break;
         }

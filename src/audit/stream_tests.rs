@@ -20,7 +20,18 @@ fn written(agents: usize, batches: usize, per_batch: usize) -> (StreamHead, Vec<
                 record(&format!("agent-{}", n % agents), n)
             })
             .collect();
-        let batch = stream.chain(&mut records);
+        let mut queued: Vec<QueuedRecord> = records.iter().map(QueuedRecord::from).collect();
+        let batch = stream.chain(&mut queued);
+        // The records in the order they were chained (by bucket and agent, each agent's in the order they
+        // came), each at the next position of its agent's chain.
+        records.sort_by_key(|record| (bucket_of(&record.agent_id), record.agent_id.clone()));
+        let mut seqs: HashMap<AuditText, i64> =
+            stream.heads.iter().map(|(agent, head)| (agent.clone(), head.seq)).collect();
+        for record in &mut records {
+            let seq = seqs.entry(record.agent_id.clone()).or_default();
+            *seq += 1;
+            record.chain_seq = Some(*seq);
+        }
         let mut rest = &records[..];
         for row in &batch.rows {
             let count = serde_json::from_str::<Vec<serde_json::Value>>(&row.records).expect("records").len();

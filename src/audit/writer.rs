@@ -27,9 +27,9 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::batcher::Batcher;
+use super::chain::QueuedRecord;
 use super::stream::AuditStream;
 use crate::config::{AuditConfig, OnOverload};
-use crate::domain::model::AuditRecord;
 use crate::store::Store;
 
 /// The agents whose chain heads a stream holds in memory (about 150 bytes each) before the writer moves on
@@ -72,7 +72,7 @@ impl AuditStats {
 /// The handle requests record through; cheap to clone.
 #[derive(Clone)]
 pub struct AuditWriter {
-    sender: Option<mpsc::Sender<AuditRecord>>,
+    sender: Option<mpsc::Sender<QueuedRecord>>,
     bell: Arc<Doorbell>,
     stats: Arc<AuditStats>,
     /// Whether requests reserve their record's place before they are served.
@@ -83,13 +83,13 @@ pub struct AuditWriter {
 /// "reject"`), or the queue as it is when the record is made.
 pub struct Recorder<'a> {
     writer: &'a AuditWriter,
-    reserved: Option<mpsc::OwnedPermit<AuditRecord>>,
+    reserved: Option<mpsc::OwnedPermit<QueuedRecord>>,
 }
 
 impl Recorder<'_> {
     /// Queues a record of the request: the first in its reserved place, when it holds one (a batch's other
     /// records as any record is).
-    pub fn record(&mut self, record: AuditRecord) {
+    pub fn record(&mut self, record: QueuedRecord) {
         let Some(permit) = self.reserved.take() else { return self.writer.record(record) };
         let sender = permit.send(record);
         self.writer.stats.queued.fetch_add(1, Ordering::Relaxed);
@@ -173,7 +173,7 @@ impl AuditWriter {
     }
 
     /// Queues a record; never waits. A full queue drops the record (counted and logged).
-    pub fn record(&self, record: AuditRecord) {
+    pub fn record(&self, record: QueuedRecord) {
         let Some(sender) = &self.sender else { return };
         match sender.try_send(record) {
             Ok(()) => {
@@ -183,7 +183,7 @@ impl AuditWriter {
             Err(mpsc::error::TrySendError::Full(record)) => {
                 let dropped = self.stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
                 if dropped.is_power_of_two() {
-                    tracing::error!(dropped, agent = %record.agent_id, "audit queue full: records dropped");
+                    tracing::error!(dropped, agent = %record.agent_id(), "audit queue full: records dropped");
                 }
             }
             Err(mpsc::error::TrySendError::Closed(_)) => {

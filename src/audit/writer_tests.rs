@@ -1,6 +1,6 @@
 use super::*;
 use crate::config::DatabaseConfig;
-use crate::domain::model::AuditFilter;
+use crate::domain::model::{AuditFilter, AuditRecord};
 use crate::domain::time::Timestamp;
 use crate::events::LocalBus;
 use crate::store::sqlite::SqliteStore;
@@ -13,7 +13,7 @@ fn record(n: u32) -> AuditRecord {
 /// Records `record(n)` for each `n` of `numbers`.
 fn record_each(writer: &AuditWriter, numbers: std::ops::Range<u32>) {
     for n in numbers {
-        writer.record(record(n));
+        writer.record(QueuedRecord::from(&record(n)));
     }
 }
 
@@ -99,9 +99,9 @@ async fn a_full_batch_is_written_at_once_and_a_partial_one_waits() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(stats.written.load(Ordering::Relaxed), 3, "two records are not a batch: they wait");
     // The two held count: one more makes a batch.
-    writer.record(record(5));
+    writer.record(QueuedRecord::from(&record(5)));
     until("the second batch", || stats.written.load(Ordering::Relaxed) == 6).await;
-    writer.record(record(6));
+    writer.record(QueuedRecord::from(&record(6)));
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(stats.written.load(Ordering::Relaxed), 6, "one record is not a batch: it waits");
     task.stop(Duration::from_secs(5)).await;
@@ -150,7 +150,7 @@ async fn a_stream_holding_too_many_agents_gives_way_to_a_new_one_and_both_verify
     let stats = writer.stats().clone();
     // Three agents in the first batch: more than a stream may hold, so the next batch opens a new one.
     for (n, agent) in ["a1", "a2", "a3", "a1", "a2", "a4"].into_iter().enumerate() {
-        writer.record(AuditRecord { agent_id: agent.into(), ..record(n as u32) });
+        writer.record(QueuedRecord::from(&AuditRecord { agent_id: agent.into(), ..record(n as u32) }));
         if n == 2 {
             until("the first batch", || stats.written.load(Ordering::Relaxed) == 3).await;
         }

@@ -77,7 +77,7 @@ async fn segments_are_migrated(store: &dyn Store, agents: usize, per_agent: usiz
     let one_in = started.elapsed();
     assert_eq!(report.agents.get("agent-0001").cloned(), Some(Ok(per_agent as u64)));
 
-    let mut more: Vec<AuditRecord> = (0..3)
+    let more: Vec<AuditRecord> = (0..3)
         .map(|n| AuditRecord {
             id: uuid::Uuid::now_v7().to_string().into(),
             agent_id: "agent-0001".into(),
@@ -90,7 +90,7 @@ async fn segments_are_migrated(store: &dyn Store, agents: usize, per_agent: usiz
             ..AuditRecord::default()
         })
         .collect();
-    store.append_audit(&mut AuditStream::new(), &mut more).await?;
+    store.append_audit(&mut AuditStream::new(), &mut crate::store::tests::queued(&more)).await?;
     let report = crate::audit::verify::verify(store, Some("agent-0001")).await?;
     assert_eq!(report.agents.get("agent-0001").cloned(), Some(Ok(per_agent as u64 + 3)));
     let agent = crate::domain::AgentId::parse("agent-0001")?;

@@ -40,7 +40,7 @@
 
 use async_trait::async_trait;
 
-use crate::audit::chain::ChainHead;
+use crate::audit::chain::{ChainHead, QueuedRecord};
 use crate::audit::stream::{AuditStream, StreamHead, VerifiedRow};
 use crate::domain::model::{
     Actor, Agent, AgentPatch, AuditFilter, AuditPosition, AuditRecord, ChangeEvent, Content, KeyPatch, KeyRecord,
@@ -371,10 +371,9 @@ pub trait AuditStore: Send + Sync {
 
     /// Appends records (of MCP requests) to their agents' hash chains in `stream`, in one transaction of a
     /// few statements however many agents they span ([`crate::audit::stream`]); the stream moves on
-    /// once they are stored. Sets each record's chain position and hashes, and sorts the records by bucket
-    /// and agent (each agent's keep their order); a failed call may leave them so, and a retry sets them
-    /// again.
-    async fn append_audit(&self, stream: &mut AuditStream, records: &mut [AuditRecord]) -> StoreResult<()>;
+    /// once they are stored. Sorts the records by bucket and agent (each agent's keep their order); a failed
+    /// call may leave them so, and a retry chains them again.
+    async fn append_audit(&self, stream: &mut AuditStream, records: &mut [QueuedRecord]) -> StoreResult<()>;
     /// Every writer stream's head, by stream id.
     async fn audit_streams(&self) -> StoreResult<Vec<StreamHead>>;
     /// The rows of a writer stream that `wanted` names, in order.

@@ -216,7 +216,7 @@ pub(super) use stored_bytes;
 macro_rules! impl_store {
     ($store:ty, $db:ty, $backend:literal) => {
         const _: () = {
-            use $crate::audit::chain::ChainHead;
+            use $crate::audit::chain::{ChainHead, QueuedRecord};
             use $crate::audit::stream::{
                 AuditStream, ROW_SPAN, RowHead, StreamHead, VerifiedRow, bucket_of, heads_pattern,
             };

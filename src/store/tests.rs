@@ -30,6 +30,11 @@ use crate::registry::collection::{Collection, Prompts, Resources, Templates};
 
 pub(super) type TestResult = Result<(), Box<dyn std::error::Error>>;
 
+/// `records` as the audit writer queues them.
+pub(super) fn queued(records: &[AuditRecord]) -> Vec<crate::audit::chain::QueuedRecord> {
+    records.iter().map(crate::audit::chain::QueuedRecord::from).collect()
+}
+
 /// A test per backend (`$sqlite`, `$postgres`), each running `$story` against a fresh store.
 macro_rules! on_both_backends {
     ($sqlite:ident, $postgres:ident, $story:ident) => {
@@ -473,21 +478,21 @@ async fn large_audit_batches(store: &dyn Store) -> TestResult {
     use crate::domain::time::Timestamp;
 
     let agent = |n: i64| if n % 3 == 0 { "busy".to_owned() } else { format!("agent-{:03}", n % 101) };
-    let mut records: Vec<AuditRecord> = (0..1_234).map(|n| mcp_record(&agent(n), n)).collect();
+    let records: Vec<AuditRecord> = (0..1_234).map(|n| mcp_record(&agent(n), n)).collect();
     let mut stream = AuditStream::new();
-    store.append_audit(&mut stream, &mut records[..600]).await?;
-    store.append_audit(&mut stream, &mut records[600..603]).await?;
-    store.append_audit(&mut stream, &mut records[603..]).await?;
+    store.append_audit(&mut stream, &mut queued(&records[..600])).await?;
+    store.append_audit(&mut stream, &mut queued(&records[600..603])).await?;
+    store.append_audit(&mut stream, &mut queued(&records[603..])).await?;
     // More than two segments' worth (at most 1,000 records each), over more than one segment's span of time
     // (60 s): 37 s apart, back and forth, some at one time so that only the id orders them.
     let base = Timestamp::now().as_micros();
-    let mut wide: Vec<AuditRecord> = (0..2_500)
+    let wide: Vec<AuditRecord> = (0..2_500)
         .map(|n| AuditRecord {
             occurred_at: Timestamp::from_micros(base - (n % 7) * 37_000_000 - (n % 5) * 1_000),
             ..mcp_record("wide", n)
         })
         .collect();
-    store.append_audit(&mut stream, &mut wide).await?;
+    store.append_audit(&mut stream, &mut queued(&wide)).await?;
     let mut expected = std::collections::BTreeMap::new();
     for n in 0..1_234 {
         *expected.entry(agent(n)).or_insert(0) += 1;
@@ -539,10 +544,10 @@ async fn concurrent_audit_batches(store: Arc<dyn Store>) -> TestResult {
         tokio::spawn(async move {
             let mut stream = AuditStream::new();
             for batch in 0..BATCHES {
-                let mut records: Vec<AuditRecord> = (0..RECORDS)
+                let records: Vec<AuditRecord> = (0..RECORDS)
                     .map(|n| mcp_record(&format!("agent-{:02}", (n * (writer + 1) + batch) % 50), n))
                     .collect();
-                store.append_audit(&mut stream, &mut records).await?;
+                store.append_audit(&mut stream, &mut queued(&records)).await?;
             }
             Ok::<_, StoreError>(())
         })
@@ -609,7 +614,7 @@ async fn audit_writer_drops_only_what_the_database_refuses(count: usize, bad: us
         n => compact_str::format_compact!("test://{n:03}"),
     };
     for n in 0..count {
-        writer.record(AuditRecord {
+        writer.record(crate::audit::chain::QueuedRecord::from(&AuditRecord {
             id: uuid::Uuid::now_v7().to_string().into(),
             agent_id: "one".into(),
             occurred_at: crate::domain::time::Timestamp::now(),
@@ -618,7 +623,7 @@ async fn audit_writer_drops_only_what_the_database_refuses(count: usize, bad: us
             action: "resources/read".into(),
             target: target(n),
             ..AuditRecord::default()
-        });
+        }));
     }
     let stats = writer.stats().clone();
     task.stop(Duration::from_secs(10)).await;
@@ -693,8 +698,8 @@ async fn legacy_audit_is_migrated(store: &dyn Store, view_count: i64) -> TestRes
     assert_eq!(listed[0].bytes_out, Some(30));
     assert_eq!(listed[3].chain_seq, None);
     assert_eq!(verify_chains(store).await?, [("old".to_owned(), 3)]);
-    let mut more: Vec<AuditRecord> = (4..6).map(|n| mcp_record("old", n)).collect();
-    store.append_audit(&mut AuditStream::new(), &mut more).await?;
+    let more: Vec<AuditRecord> = (4..6).map(|n| mcp_record("old", n)).collect();
+    store.append_audit(&mut AuditStream::new(), &mut queued(&more)).await?;
     assert_eq!(verify_chains(store).await?, [("old".to_owned(), 5)]);
     assert_eq!(view_count, 4);
     Ok(())

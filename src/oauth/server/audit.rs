@@ -4,6 +4,7 @@
 
 use std::net::IpAddr;
 
+use crate::audit::chain::QueuedRecord;
 use crate::audit::request::cut;
 use crate::domain::AgentId;
 use crate::domain::model::{AuditRecord, AuditText, KeyRecord};
@@ -43,5 +44,5 @@ pub fn record(state: &AppState, event: Event<'_>) {
         client_ip: event.client_ip.map(|ip| compact_str::ToCompactString::to_compact_string(&ip)),
         ..AuditRecord::default()
     };
-    state.audit.record(record);
+    state.audit.record(QueuedRecord::from(&record));
 }

@@ -195,7 +195,7 @@ macro_rules! impl_audit_store {
                 Ok(page)
             }
 
-            async fn append_audit(&self, stream: &mut AuditStream, records: &mut [AuditRecord]) -> StoreResult<()> {
+            async fn append_audit(&self, stream: &mut AuditStream, records: &mut [QueuedRecord]) -> StoreResult<()> {
                 if records.is_empty() {
                     return Ok(());
                 }

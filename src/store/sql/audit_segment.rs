@@ -86,7 +86,8 @@ pub(in crate::store) fn chain_audit_segments<'a>(
                 out.push(b',');
             }
             record.chain_seq = Some(seq);
-            crate::audit::chain::append_stored_record(&mut out, &mut hash, record, seq);
+            let queued = crate::audit::chain::QueuedRecord::from(&*record);
+            crate::audit::chain::append_stored_record(&mut out, &mut hash, &queued, seq);
         }
         out.push(b']');
         let records = String::from_utf8(out)
