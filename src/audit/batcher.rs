@@ -105,7 +105,7 @@ impl Batcher {
     /// and logged, so that one bad record cannot hold up every record after it.
     async fn write(&mut self, batch: &mut Vec<QueuedRecord>) {
         if self.write_whole(batch).await {
-            // Thousands of records, a dozen allocations each, are freed.
+            // Thousands of records, made on other threads, are freed.
             crate::store::off_the_workers(batch.len(), || batch.clear());
             return;
         }
@@ -122,7 +122,7 @@ impl Batcher {
                 self.stats.refused.fetch_add(records.len() as u64, Ordering::Relaxed);
                 self.stats.dropped.fetch_add(records.len() as u64, Ordering::Relaxed);
                 for record in &records {
-                    tracing::error!(agent = %record.agent_id(), record = %record.text(),
+                    tracing::error!(agent = %record.agent_id(), record = %record.id_text(),
                         "audit record refused by the database: dropped");
                 }
             }

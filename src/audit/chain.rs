@@ -85,21 +85,27 @@ impl QueuedRecord {
         array.string(fields.agent_id);
         let seq_at = array.out.len();
         write_fields_after_seq(&mut array, fields);
-        Self {
-            agent_id: AuditText::from(fields.agent_id),
-            occurred_at: fields.occurred_at,
-            fields: array.finish(),
-            seq_at,
+        let mut written = array.finish();
+        // The queue holds it until it is written: a record whose escaped fields doubled the buffer past what
+        // most need does not keep the spare half.
+        if written.capacity() > 1024 && written.capacity() > written.len() + written.len() / 2 {
+            written.shrink_to_fit();
         }
+        Self { agent_id: AuditText::from(fields.agent_id), occurred_at: fields.occurred_at, fields: written, seq_at }
     }
 
     pub fn agent_id(&self) -> &AuditText {
         &self.agent_id
     }
 
-    /// Its fields as text, the position left out (for logs).
+    /// Its fields as text, the position left out.
     pub fn text(&self) -> std::borrow::Cow<'_, str> {
         String::from_utf8_lossy(&self.fields)
+    }
+
+    /// Its id and agent as written (`["<id>","<agent>"`), which name it in logs without what the client sent.
+    pub fn id_text(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.fields[..self.seq_at])
     }
 
     /// When it happened (µs since the Unix epoch).
@@ -392,6 +398,18 @@ mod tests {
             verifier.check(record)?;
         }
         verifier.finish()
+    }
+
+    /// A queued record waits in a bounded queue: one whose escaped fields grew its buffer keeps no more
+    /// than half again what it holds, and logs name it by id and agent only.
+    #[test]
+    fn a_queued_record_keeps_little_spare_room() {
+        let mut record = record("01a20c22-2e86-739b-9cc0-9c4622ff8836");
+        record.target = "\u{1}".repeat(512).into();
+        let queued = QueuedRecord::from(&record);
+        assert!(queued.fields.len() > 3 * 1024, "each control character is six bytes escaped");
+        assert!(queued.fields.capacity() <= queued.fields.len() + queued.fields.len() / 2);
+        assert_eq!(queued.id_text(), "[\"01a20c22-2e86-739b-9cc0-9c4622ff8836\",\"bot\"");
     }
 
     /// The hashed form is the compact JSON array of the fields, exactly: stored chains keep verifying
