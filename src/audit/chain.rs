@@ -122,7 +122,7 @@ impl From<&AuditRecord> for QueuedRecord {
 
 /// The hashed fields of a record, borrowed from wherever they are, in the order they are hashed; `actor`
 /// in parts, joined.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct ChainFields<'a> {
     pub id: &'a str,
     pub agent_id: &'a str,
