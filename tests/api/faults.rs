@@ -116,7 +116,13 @@ async fn the_database_going_away_and_coming_back() {
     assert_eq!(response.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned()), Some("1".to_owned()));
     expect_problem(response, StatusCode::SERVICE_UNAVAILABLE).await;
     // MCP requests too: with the bus cut off a replica cannot know what changed, so it serves nothing from
-    // its caches (not even a revoked key's requests) and answers 503 with -31503 and Retry-After.
+    // its caches (not even a revoked key's requests) and answers 503 with -31503 and Retry-After. The bus
+    // learns of the cut on its own connection, which a loaded machine may schedule after `/readyz` has
+    // failed its ping: from then on, nothing is served.
+    eventually("the MCP endpoint to stop serving from its caches", || async {
+        (mcp_read(&app, &key, "test://before").await.status() == StatusCode::SERVICE_UNAVAILABLE).then_some(())
+    })
+    .await;
     for uri in ["test://before", "test://unknown"] {
         let response = mcp_read(&app, &key, uri).await;
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
