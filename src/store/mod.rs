@@ -194,6 +194,13 @@ pub struct PoolUsage {
     pub max: u32,
 }
 
+/// A pool's idle connections as the metrics count them: at most its size. sqlx counts a returned
+/// connection idle only after it is queued, so a connection taken in between makes the count wrap below
+/// zero for a moment (`usize::MAX`).
+pub(crate) fn idle_of(reported: usize, size: u32) -> usize {
+    reported.min(usize::try_from(size).unwrap_or(usize::MAX))
+}
+
 /// The traits of every concern: `use crate::store::prelude::*` to call their methods on a `dyn Store`.
 pub mod prelude {
     pub use super::oauth_server::OAuthServerStore;

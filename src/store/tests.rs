@@ -1026,3 +1026,13 @@ fn database_names_are_replaced_in_urls() {
     assert_eq!(with_database("postgres://u@h/postgres?sslmode=disable", "x"), "postgres://u@h/x?sslmode=disable");
     assert_eq!(with_database("postgres://u@h", "x"), "postgres://u@h/x");
 }
+
+/// A pool's idle count that wrapped below zero in sqlx (a connection taken between its return to the
+/// queue and the count's increment) counts as the pool's size, not as `usize::MAX`, which the metrics'
+/// sum over the pools would overflow.
+#[test]
+fn a_wrapped_idle_count_is_bounded_by_the_pool() {
+    assert_eq!(super::idle_of(usize::MAX, 16), 16);
+    assert_eq!(super::idle_of(3, 16), 3);
+    assert_eq!(super::idle_of(0, 0), 0);
+}

@@ -58,9 +58,9 @@ macro_rules! impl_replica_store {
 
             fn pool_usage(&self) -> PoolUsage {
                 self.pools().iter().fold(PoolUsage::default(), |usage, pool| PoolUsage {
-                    size: usage.size + pool.size(),
-                    idle: usage.idle + pool.num_idle(),
-                    max: usage.max + pool.options().get_max_connections(),
+                    size: usage.size.saturating_add(pool.size()),
+                    idle: usage.idle.saturating_add($crate::store::idle_of(pool.num_idle(), pool.size())),
+                    max: usage.max.saturating_add(pool.options().get_max_connections()),
                 })
             }
         }
