@@ -23,7 +23,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener};
 
 use super::{BusMessage, CHANNEL, LocalBus};
 use crate::store::postgres::{PgStore, store_error};
@@ -156,7 +156,7 @@ impl Listener {
     async fn listen(&self) -> Result<PgListener, StoreError> {
         // A pool of one is how `PgListener` holds its connection; no idle or lifetime limits, the connection
         // is meant to live as long as it can.
-        let pool = PgPoolOptions::new()
+        let pool = crate::store::postgres::pool_options(&self.options)
             .max_connections(1)
             .idle_timeout(None)
             .max_lifetime(None)

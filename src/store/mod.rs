@@ -57,6 +57,8 @@ use crate::registry::collection::{CollectionStore, Prompts, Resources, Templates
 /// The audit log's migration from agents' segments to writer streams, on both backends.
 #[cfg(test)]
 mod migration_tests;
+/// `TCP_NODELAY` on the connections to PostgreSQL, which the driver leaves off.
+pub(crate) mod nodelay;
 /// The built-in authorization server's clients, codes and tokens: its own trait beside [`Store`].
 pub mod oauth_server;
 /// The PostgreSQL implementation (several replicas; LISTEN/NOTIFY).

@@ -33,11 +33,27 @@ pub struct PgStore {
     quotas: Quotas,
 }
 
+/// A pool's options for connections made with `options`: over TCP, each new connection turns on
+/// `TCP_NODELAY` ([`super::nodelay`]).
+pub(crate) fn pool_options(options: &PgConnectOptions) -> PgPoolOptions {
+    let pool = PgPoolOptions::new();
+    if options.get_socket().is_some() || options.get_host().starts_with('/') {
+        return pool;
+    }
+    let port = options.get_port();
+    pool.after_connect(move |_, _| {
+        Box::pin(async move {
+            super::nodelay::set_on_connections_to(port);
+            Ok(())
+        })
+    })
+}
+
 impl PgStore {
     /// Connects a pool of `config.max_connections`; an unreachable server is [`StoreError::Unavailable`].
     pub async fn connect(url: &str, config: &DatabaseConfig) -> Result<Self, StoreError> {
         let options = PgConnectOptions::from_str(url).map_err(Self::error)?.application_name(APPLICATION_NAME);
-        let pool = PgPoolOptions::new()
+        let pool = pool_options(&options)
             .max_connections(config.max_connections)
             .acquire_timeout(Duration::from_millis(config.acquire_timeout_ms))
             .connect_with(options.clone())
@@ -50,7 +66,7 @@ impl PgStore {
     /// deregistration): one connection at most, opened when first needed, named `application_name` in
     /// `pg_stat_activity`.
     pub(crate) fn side(options: PgConnectOptions, acquire_timeout: Duration) -> Self {
-        let pool = PgPoolOptions::new()
+        let pool = pool_options(&options)
             .max_connections(1)
             .min_connections(0)
             .acquire_timeout(acquire_timeout)

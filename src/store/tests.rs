@@ -951,6 +951,23 @@ async fn listening(url: &str) -> Result<(PgStore, Receiver<BusMessage>, PgBus), 
     Ok((store, messages, listener))
 }
 
+/// Every connection the store opens over TCP turns `TCP_NODELAY` on for the process's connections to the
+/// server's port ([`super::nodelay`]): a connection of the test's own, made first, is set by the store's.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn postgres_connections_go_without_nagle() -> TestResult {
+    use std::str::FromStr as _;
+
+    let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
+    let options = sqlx::postgres::PgConnectOptions::from_str(&db.url)?;
+    let own = std::net::TcpStream::connect((options.get_host(), options.get_port()))?;
+    assert!(!own.nodelay()?, "a new connection starts with Nagle's algorithm");
+    let store = PgStore::connect(&db.url, &DatabaseConfig::default()).await?;
+    assert!(own.nodelay()?, "the store's connection set TCP_NODELAY on the connections to the server");
+    store.close().await;
+    Ok(())
+}
+
 #[tokio::test]
 async fn postgres_story() -> TestResult {
     let Some(db) = ScratchDatabase::create().await else { return Ok(()) };
