@@ -19,6 +19,8 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use compact_str::CompactString;
+
 use crate::FastMap;
 use crate::domain::AgentId;
 use crate::domain::model::Agent;
@@ -69,20 +71,21 @@ fn machine_memory() -> Option<u64> {
     kib.parse::<u64>().ok()?.checked_mul(1024)
 }
 
-/// What a cached value is; the key of an agent's registry map.
+/// What a cached value is; the key of an agent's registry map. Names of up to 24 bytes are held inline, so
+/// that a lookup makes no copy on the heap and compares the key held without a trip to memory of its own.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Key {
     /// A page of the list named (`resources`, `resourceTemplates`, `prompts`), after the given sort key
     /// (`None`: the first page).
     Page(&'static str, Option<String>),
     /// One resource's content, or its absence.
-    Content(String),
+    Content(CompactString),
     /// One prompt with its arguments and messages, or its absence.
-    Prompt(String),
+    Prompt(CompactString),
     /// The agent's resource templates (for template reads), without their texts.
     Templates,
     /// One template's text, compiled, or its absence.
-    TemplateText(String),
+    TemplateText(CompactString),
 }
 
 /// A loaded value and its estimated size; `None` means "serve it, don't keep it".

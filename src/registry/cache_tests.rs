@@ -124,7 +124,7 @@ async fn memory_stays_bounded() {
     let calls = AtomicU32::new(0);
     for i in 0..500 {
         let id = agent(&format!("a{}", i % 50));
-        load(&f.cache, &id, Key::Content(format!("x://{i}")), &calls, 1000).await;
+        load(&f.cache, &id, Key::Content(compact_str::format_compact!("x://{i}")), &calls, 1000).await;
         assert!(f.cache.bytes() <= max, "{} bytes held", f.cache.bytes());
     }
     // Entries larger than an eighth of the budget are served but never kept.

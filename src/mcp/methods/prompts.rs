@@ -70,7 +70,7 @@ pub(crate) async fn find_prompt(ctx: &Context<'_>, name: &str) -> Result<Option<
     let Ok(parsed) = PromptName::parse(name) else {
         return Ok(None);
     };
-    find_compiled::<Prompts, _, _, _>(ctx, Key::Prompt(name.to_owned()), parsed, "a prompt", |prompt| {
+    find_compiled::<Prompts, _, _, _>(ctx, Key::Prompt(name.into()), parsed, "a prompt", |prompt| {
         let bytes = serde_json::to_string(&prompt.messages).map_or(4096, |s| s.len() + 512) + compiled_bytes(&prompt);
         Some((bytes, move || {
             let compiled = compile_messages(&prompt.messages);

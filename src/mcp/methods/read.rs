@@ -100,7 +100,7 @@ async fn stored(ctx: &Context<'_>, uri: &str) -> Result<Arc<Stored>, McpError> {
             Ok(Loaded { value: Some(StoredItem { resource, size, item: Arc::from(item) }), bytes })
         }
     };
-    let loaded = ctx.registry().get_or_load(&ctx.agent.id, Key::Content(uri.to_owned()), load).await?;
+    let loaded = ctx.registry().get_or_load(&ctx.agent.id, Key::Content(uri.into()), load).await?;
     Ok(loaded)
 }
 
@@ -202,7 +202,7 @@ struct CompiledText {
 /// more). Compiling costs time in proportion to the text, so it runs on the blocking pool in the agent's
 /// turn, like a costly render.
 async fn template_text(ctx: &Context<'_>, uri_template: &str) -> Result<Option<Arc<CompiledText>>, McpError> {
-    let cache_key = Key::TemplateText(uri_template.to_owned());
+    let cache_key = Key::TemplateText(uri_template.into());
     find_compiled::<Templates, _, _, _>(ctx, cache_key, uri_template.to_owned(), "a template's text", |row| {
         let source = row.text?;
         // Compiled instructions and the environments' tables take a multiple of the source.
