@@ -88,10 +88,10 @@ impl Batcher {
                 Err(TryRecvError::Disconnected) => break false,
             }
         };
-        // Records that came in while full batches were written wait to fill one: writing them at once would
-        // double the transactions (and chain-head updates) of a busy writer. A batch larger than half the
-        // queue is written from the threshold that rang.
-        if !batch.is_empty() && (everything || batch.len() >= self.bell.threshold) {
+        // Records that came in while full batches were written wait to make a batch: writing them at once
+        // would double the transactions of a busy writer. A batch is written from the threshold (a fifth of
+        // `audit.batch_size` to all of it, by the rows the last one made), a full one at once.
+        if !batch.is_empty() && (everything || batch.len() >= self.bell.threshold()) {
             self.write(batch).await;
         }
         self.bell.held.store(batch.len(), Ordering::Relaxed);
@@ -141,6 +141,7 @@ impl Batcher {
                     self.stats.lag_us.store(lag, Ordering::Relaxed);
                     self.stats.max_lag_us.fetch_max(lag, Ordering::Relaxed);
                     self.stats.written.fetch_add(records.len() as u64, Ordering::Relaxed);
+                    self.bell.adapt(self.stream.last_rows());
                     if self.stream.agents() > self.max_stream_agents {
                         self.stream = AuditStream::new();
                     }

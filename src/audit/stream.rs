@@ -113,6 +113,8 @@ pub struct AuditStream {
     hash: String,
     /// A head per agent written to in this stream (an agent id, two numbers and a hash each).
     heads: HashMap<AuditText, Head, foldhash::fast::RandomState>,
+    /// The rows the last batch stored made.
+    last_rows: usize,
 }
 
 impl Default for AuditStream {
@@ -124,7 +126,13 @@ impl Default for AuditStream {
 impl AuditStream {
     /// A new stream with a fresh id.
     pub fn new() -> Self {
-        Self { id: uuid::Uuid::now_v7().to_string(), seq: 0, hash: String::new(), heads: HashMap::default() }
+        Self {
+            id: uuid::Uuid::now_v7().to_string(),
+            seq: 0,
+            hash: String::new(),
+            heads: HashMap::default(),
+            last_rows: 0,
+        }
     }
 
     pub fn id(&self) -> &str {
@@ -134,6 +142,11 @@ impl AuditStream {
     /// Agents with a chain in this stream.
     pub fn agents(&self) -> usize {
         self.heads.len()
+    }
+
+    /// The rows the last batch stored made (0 before the first).
+    pub fn last_rows(&self) -> usize {
+        self.last_rows
     }
 
     /// Chains `records` on: sorts them by bucket and agent (each agent's keep their order), and encodes the
@@ -209,6 +222,7 @@ impl AuditStream {
 
     /// The batch was stored: the stream moves on to where it ends.
     pub fn commit(&mut self, batch: ChainedBatch) {
+        self.last_rows = batch.rows.len();
         self.seq = batch.last_seq;
         self.hash = batch.last_hash;
         for (agent, head) in batch.heads {

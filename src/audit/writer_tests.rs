@@ -110,6 +110,44 @@ async fn a_full_batch_is_written_at_once_and_a_partial_one_waits() {
 }
 
 #[tokio::test]
+async fn records_of_one_agent_make_a_batch_from_a_fifth_of_the_size_and_spread_ones_wait_for_all_of_it() {
+    let (store, _file) = temp_store().await;
+    let config = AuditConfig { batch_size: 500, flush_interval_ms: 3_600_000, ..AuditConfig::default() };
+    let (writer, task, stats) = started(&store, &config).await;
+    let written = || stats.written.load(Ordering::Relaxed);
+    assert_eq!(writer.bell.threshold(), 500, "until a batch was written, a batch is full");
+    // One agent's records fill one row: from then on a fifth of the size makes a batch.
+    record_each(&writer, 0..500);
+    until("the first batch", || written() == 500).await;
+    assert_eq!(writer.bell.threshold(), 100);
+    record_each(&writer, 500..599);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(written(), 500, "99 records are not a batch: they wait");
+    record_each(&writer, 599..600);
+    until("a batch of a fifth", || written() == 600).await;
+    // Records of 100 agents fall in most of the 64 buckets, a row each: the next batch waits to be full.
+    let spread = |n: u32| {
+        QueuedRecord::from(&AuditRecord { agent_id: compact_str::format_compact!("agent{}", n % 100), ..record(n) })
+    };
+    for n in 0..100 {
+        writer.record(spread(n));
+    }
+    until("the spread batch", || written() == 700).await;
+    assert_eq!(writer.bell.threshold(), 500, "a batch over many rows waits to be full");
+    for n in 100..599 {
+        writer.record(spread(n));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(written(), 700, "499 spread records are not a batch: they wait");
+    writer.record(spread(599));
+    until("the full spread batch", || written() == 1_200).await;
+    task.stop(Duration::from_secs(5)).await;
+    assert_eq!(stats.dropped.load(Ordering::Relaxed), 0);
+    let report = crate::audit::verify::verify(store.as_ref(), None).await.expect("verify");
+    assert_eq!(report.broken(), 0, "{report:?}");
+}
+
+#[tokio::test]
 async fn a_half_full_queue_rings_when_a_batch_is_larger_than_the_queue() {
     let (store, _file) = temp_store().await;
     let config =
