@@ -108,8 +108,8 @@ pub struct Overloaded;
 /// The database pays for a batch in three parts: its transaction, each row (a tuple, its index entries and
 /// its compressed values) and each record's bytes. Records of one or a few agents fill few rows, so a batch
 /// of them is written from a fifth of `audit.batch_size`: the database's work comes in five times smaller
-/// bursts, which is what sets the tail latency of the requests served beside it (p99 4.1–5.5 ms against
-/// 6.1–6.8 for batches of 5,000 in bench/README.md), for a transaction more a second. Records spread over
+/// bursts, which is what sets the tail latency of the requests served beside it (W1's p99 4.5–5.5 ms at
+/// 1,000 against 6.1–6.8 at 5,000, bench/README.md), for a few transactions more a second. Records spread over
 /// many agents fill a row per bucket whatever the batch's size: they wait for a full batch, or each row
 /// would hold a handful of records and the database would spend most of its time on rows (at 1,000 a batch
 /// over 10,000 agents, PostgreSQL took 5.1–6.8 µs of CPU a request against 3.2–4.0).

@@ -43,7 +43,9 @@ pub(crate) fn pool_options(options: &PgConnectOptions) -> PgPoolOptions {
     let port = options.get_port();
     pool.after_connect(move |_, _| {
         Box::pin(async move {
-            super::nodelay::set_on_connections_to(port);
+            // Reading the process's descriptors takes a few system calls for each: with thousands of
+            // clients connected, milliseconds that are not a worker's.
+            let _ = tokio::task::spawn_blocking(move || super::nodelay::set_on_connections_to(port)).await;
             Ok(())
         })
     })
