@@ -3,7 +3,8 @@
 //! Admin changes write their audit record in the change's own transaction (see the store). MCP requests are
 //! far more frequent, so their records go through a bounded queue to one background task that appends them
 //! in batches, one transaction each: a batch is written when enough records wait (`audit.batch_size` when
-//! they spread over many agents, from a fifth of it when they fill few rows: [`RECORDS_A_ROW`]), every
+//! they spread over many agents, fewer, down to a fifth of it, when the last batch filled few rows:
+//! [`RECORDS_A_ROW`]), every
 //! `audit.flush_interval_ms`, and at shutdown. A record does not wake the task: only the one that makes a
 //! batch wait (or fills half the queue, when a batch is larger) does; a task woken per record would cost
 //! every request a wake-up and a poll. While the database is unreachable the task keeps its batch
@@ -107,7 +108,8 @@ pub struct Overloaded;
 ///
 /// The database pays for a batch in three parts: its transaction, each row (a tuple, its index entries and
 /// its compressed values) and each record's bytes. Records of one or a few agents fill few rows, so a batch
-/// of them is written from a fifth of `audit.batch_size`: the database's work comes in five times smaller
+/// of them is written from a fifth of `audit.batch_size` (1,000 of the default 5,000; with a size under 400,
+/// from 80): the database's work comes in five times smaller
 /// bursts, which is what sets the tail latency of the requests served beside it (W1's p99 4.5–5.5 ms at
 /// 1,000 against 6.1–6.8 at 5,000, bench/README.md), for a few transactions more a second. Records spread over
 /// many agents fill a row per bucket whatever the batch's size: they wait for a full batch, or each row

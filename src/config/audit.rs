@@ -10,7 +10,8 @@ section! {
         pub mcp_requests: bool = true,
         /// Records waiting to be written at most; beyond this new records are dropped (and counted).
         pub queue_capacity: usize = 65_536,
-        /// Records written per transaction at most (records of a few agents are written from a fifth of it).
+        /// Records written per transaction at most (a batch that fills few rows is written from 80 records a
+        /// row, at least a fifth of this).
         pub batch_size: usize = 5_000,
         /// How long a record may wait before its batch is written.
         pub flush_interval_ms: u64 = 200,

@@ -7,41 +7,64 @@
 //! PostgreSQL, waiting for the rest of the message, acknowledges only when its delayed acknowledgement
 //! fires, some 40 ms later. A statement that takes PostgreSQL a millisecond then takes 40.
 //!
-//! The driver gives no access to its socket, so each new connection (the pools' `after_connect`) sets the
-//! option on the process's TCP sockets whose peer is the database's port: its own, and the other
+//! The driver gives no access to its socket, so each new pooled connection (the pools' `after_connect`)
+//! sets the option on the process's TCP sockets whose peer is the database's port: its own, and the other
 //! connections to that port, which want it as much. Sockets to other ports are left as they are. A
-//! connection over a Unix socket has no Nagle's algorithm and needs none of this.
+//! connection over a Unix socket has no Nagle's algorithm and needs none of this; nor does the one
+//! connection that applies the migrations at start-up, which sends a few statements and closes.
 
 /// Sets `TCP_NODELAY` on every TCP socket of this process connected to `port`; returns how many it set.
+///
+/// The descriptors are numbers read from /proc/self/fd, used only as numbers: another thread may close one
+/// meanwhile (the calls then fail with `EBADF`), or close it and open another under the same number, which
+/// is then judged as any other. Either way nothing is set but `TCP_NODELAY`, only on a socket that was, a
+/// moment before, a connection to `port`, and nothing is ever closed.
 #[cfg(target_os = "linux")]
 pub fn set_on_connections_to(port: u16) -> usize {
-    use std::os::fd::{BorrowedFd, RawFd};
-    use std::os::unix::ffi::OsStrExt as _;
-
     let Ok(entries) = std::fs::read_dir("/proc/self/fd") else { return 0 };
-    let mut set = 0;
-    for entry in entries.flatten() {
-        let Some(fd) = entry.file_name().to_str().and_then(|name| name.parse::<RawFd>().ok()) else { continue };
-        // Only sockets: the link of any other descriptor (files, pipes, the event poll) names something else.
-        if !std::fs::read_link(entry.path()).is_ok_and(|target| target.as_os_str().as_bytes().starts_with(b"socket:")) {
-            continue;
-        }
-        // SAFETY: the descriptor was open when listed. Another thread may close it meanwhile, and the number
-        // may be reused; then the calls below fail (EBADF, ENOTSOCK, ENOTCONN) or read a socket of this
-        // process that the checks below judge as they would any: nothing but `TCP_NODELAY` is ever set, and
-        // only on a connected TCP socket to `port`. The borrow ends with this iteration; nothing is closed.
-        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-        let socket = socket2::SockRef::from(&fd);
-        if socket.r#type().ok() != Some(socket2::Type::STREAM) {
-            continue;
-        }
-        let is_to_port =
-            socket.peer_addr().ok().and_then(|peer| peer.as_socket()).is_some_and(|peer| peer.port() == port);
-        if is_to_port && socket.set_tcp_nodelay(true).is_ok() {
-            set += 1;
-        }
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<libc::c_int>().ok())
+        .filter(|&fd| is_stream_to(fd, port) && set_no_delay(fd))
+        .count()
+}
+
+/// Whether descriptor `fd` is a stream socket connected to `port` over IPv4 or IPv6 (anything else, a file
+/// or a Unix socket, is not).
+#[cfg(target_os = "linux")]
+fn is_stream_to(fd: libc::c_int, port: u16) -> bool {
+    let mut kind: libc::c_int = 0;
+    let mut length = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `kind` and `length` are valid for writes of the sizes `length` gives; the call reads nothing
+    // else and fails on a descriptor that is not an open socket.
+    let got = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_TYPE, (&raw mut kind).cast(), &mut length) };
+    if got != 0 || kind != libc::SOCK_STREAM {
+        return false;
     }
-    set
+    // SAFETY: `sockaddr_storage` is a C struct of integers, for which all zeroes is a valid value.
+    let mut peer: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut length = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: `peer` is valid for writes of `length` bytes, the most any address takes.
+    if unsafe { libc::getpeername(fd, (&raw mut peer).cast(), &mut length) } != 0 {
+        return false;
+    }
+    let peer_port = match libc::c_int::from(peer.ss_family) {
+        // SAFETY: the family says which address the storage holds; `sockaddr_storage` is aligned for both.
+        libc::AF_INET => unsafe { (*(&raw const peer).cast::<libc::sockaddr_in>()).sin_port },
+        // SAFETY: as above.
+        libc::AF_INET6 => unsafe { (*(&raw const peer).cast::<libc::sockaddr_in6>()).sin6_port },
+        _ => return false,
+    };
+    u16::from_be(peer_port) == port
+}
+
+/// Sets `TCP_NODELAY` on `fd`; false when it could not.
+#[cfg(target_os = "linux")]
+fn set_no_delay(fd: libc::c_int) -> bool {
+    let on: libc::c_int = 1;
+    let length = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `on` is valid for reads of `length` bytes; the call reads nothing else.
+    unsafe { libc::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, (&raw const on).cast(), length) == 0 }
 }
 
 /// Elsewhere the driver's sockets are left as they are.
