@@ -109,12 +109,12 @@ pub struct Overloaded;
 /// The database pays for a batch in three parts: its transaction, each row (a tuple, its index entries and
 /// its compressed values) and each record's bytes. Records of one or a few agents fill few rows, so a batch
 /// of them is written from a fifth of `audit.batch_size` (1,000 of the default 5,000; with a size under 400,
-/// from 80): the database's work comes in five times smaller
-/// bursts, which is what sets the tail latency of the requests served beside it (W1's p99 4.5–5.5 ms at
-/// 1,000 against 6.1–6.8 at 5,000, bench/README.md), for a few transactions more a second. Records spread over
-/// many agents fill a row per bucket whatever the batch's size: they wait for a full batch, or each row
-/// would hold a handful of records and the database would spend most of its time on rows (at 1,000 a batch
-/// over 10,000 agents, PostgreSQL took 5.1–6.8 µs of CPU a request against 3.2–4.0).
+/// from 80): the database's work comes in five times smaller bursts, which is what sets the tail latency of
+/// the requests served beside it (W1's p99 4.5–5.5 ms at 1,000 against 6.1–6.8 at 5,000, bench/README.md),
+/// for a few transactions more a second. Records spread over many agents fill a row per bucket whatever
+/// the batch's size: they wait for a full batch, or each row would hold a handful of records and the
+/// database would spend most of its time on rows (at 1,000 a batch over 10,000 agents, PostgreSQL took
+/// 5.1–6.8 µs of CPU a request against 3.2–4.0).
 pub(super) const RECORDS_A_ROW: usize = 80;
 
 /// How requests wake the writer task: once a batch waits in the queue, not for every record.
@@ -125,7 +125,7 @@ pub(super) struct Doorbell {
     /// The records that make a batch now: [`RECORDS_A_ROW`] for each row the last batch made, within
     /// `least` and `most` (set by the task after each write).
     pub(super) threshold: AtomicUsize,
-    /// A fifth of `most`.
+    /// A fifth of `most` (at least one record).
     pub(super) least: usize,
     /// A full batch, or half the queue when a batch is larger than that (it could never wait in it whole).
     pub(super) most: usize,
