@@ -24,6 +24,7 @@ use crate::http::admission::Admission;
 use crate::http::auth::{KeyCache, OperatorToken};
 use crate::http::connection::Settings;
 use crate::http::serve::Listener;
+use crate::http::threads::ConnectionThreads;
 use crate::mcp::session::Sessions;
 use crate::mcp::stream::hub::Hub;
 use crate::metrics::{Levels, ListenerName, Metrics};
@@ -264,6 +265,10 @@ impl Application {
         let stopped = |mut stopping: tokio::sync::watch::Receiver<bool>| async move {
             let _ = stopping.wait_for(|stopping| *stopping).await;
         };
+        // Both listeners' connections are served on these threads; they stop when this function returns,
+        // after the last audit records are written (see the module's docs).
+        let threads = Arc::new(ConnectionThreads::start(config.http.threads as usize));
+        tracing::debug!(threads = threads.len(), "connection threads started");
         let listener = |name: &'static str,
                         tcp: TcpListener,
                         tls: Option<TlsHandshake>,
@@ -280,7 +285,7 @@ impl Application {
                 metrics,
                 name,
             );
-            Listener { tcp, tls, admission, settings: Arc::new(settings) }
+            Listener { tcp, tls, admission, settings: Arc::new(settings), threads: threads.clone() }
         };
         let public =
             listener(ListenerName::Public.as_str(), self.listener, self.tls, crate::http::routes(self.state.clone()));

@@ -37,6 +37,9 @@ section! {
         pub public_url: Option<String> = None,
         /// How long a console session (`/console/`) lasts without a request before it must sign in again.
         pub console_idle_timeout_secs: u64 = 1800,
+        /// Threads serving the listeners' connections, each with a single-threaded runtime of its own
+        /// ([`crate::http::threads`]). 0: one per CPU the process may use.
+        pub threads: u32 = 0,
     }
 }
 

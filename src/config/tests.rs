@@ -74,6 +74,18 @@ fn public_url_is_an_origin() {
 }
 
 #[test]
+fn connection_threads_are_one_per_cpu_or_a_count_within_bounds() {
+    for threads in [0, 1, 1024] {
+        changed(|config| config.http.threads = threads).validate().unwrap_or_else(|error| panic!("{threads}: {error}"));
+    }
+    assert_refused(
+        &changed(|config| config.http.threads = 1025),
+        "http.threads",
+        "more threads than any machine has CPUs",
+    );
+}
+
+#[test]
 fn live_update_settings_are_checked() {
     let config = changed(|config| config.streams.queue_capacity = 0);
     assert_refused(&config, "streams.queue_capacity", "an empty queue is refused");

@@ -54,6 +54,9 @@ const YEAR_SECS: u64 = 365 * 24 * 60 * 60;
 /// Ten minutes in milliseconds.
 const TEN_MINUTES_MS: u64 = 10 * 60 * 1000;
 
+/// More connection threads than any machine has CPUs is a typo.
+const MAX_HTTP_THREADS: u32 = 1024;
+
 /// A budget beyond any memory is a typo; 1 TiB also stays far from what a `usize` can count.
 const MAX_CACHE_BYTES: u64 = 1 << 40;
 
@@ -135,6 +138,12 @@ impl Config {
             if value == 0 {
                 return Err(ConfigError::Invalid { key, message: "must be greater than 0".to_owned() });
             }
+        }
+        if config.http.threads > MAX_HTTP_THREADS {
+            return Err(ConfigError::Invalid {
+                key: key!(http.threads),
+                message: format!("must be at most {MAX_HTTP_THREADS} (0: one per CPU)"),
+            });
         }
         for (key, value, _) in [setting!(config.cache.max_bytes), setting!(config.cache.max_content_bytes)] {
             if value > MAX_CACHE_BYTES {

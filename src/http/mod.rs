@@ -1,4 +1,5 @@
-//! The HTTP surface: the listeners and their connections ([`serve`], [`connection`], [`admission`]), the
+//! The HTTP surface: the listeners and their connections ([`serve`], [`connection`], [`admission`],
+//! [`threads`]), the
 //! public listener's routes (the MCP endpoint's served directly, [`Routes`]), the operator listener's (when
 //! `http.operator_listen` is set), the request layer every answer goes through (`frame`), and the health
 //! endpoints.
@@ -7,6 +8,7 @@
 //! [`serve`]: crate::http::serve
 //! [`connection`]: crate::http::connection
 //! [`admission`]: crate::http::admission
+//! [`threads`]: crate::http::threads
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -45,6 +47,8 @@ pub mod page;
 pub mod request_limits;
 /// The accept loop of a listener: caps, TLS handshakes, one task per connection, graceful shutdown.
 pub mod serve;
+/// The threads connections are served on, each with a single-threaded runtime of its own.
+pub mod threads;
 
 /// The request id header: taken from the client when present, else generated; echoed on the response.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");

@@ -1,10 +1,12 @@
 //! The accept loop of a listener: each TCP connection is admitted against the caps ([`super::admission`]) or
-//! refused at once, gets `TCP_NODELAY`, its TLS handshake when the listener serves TLS, and is then served in a
+//! refused at once, gets `TCP_NODELAY`, and is handed to the least busy connection thread
+//! ([`super::threads`]), where it gets its TLS handshake when the listener serves TLS and is then served in a
 //! task of its own ([`super::connection`]). On shutdown the loop stops accepting, every connection is shut down
 //! gracefully, and [`serve`] returns once the last one has closed.
 //!
 //! [`super::admission`]: crate::http::admission
 //! [`super::connection`]: crate::http::connection
+//! [`super::threads`]: crate::http::threads
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -17,6 +19,7 @@ use tokio::sync::watch;
 
 use super::admission::{Admission, Refusal};
 use super::connection::{self, Settings};
+use super::threads::ConnectionThreads;
 use crate::metrics::ListenerLabels;
 use crate::tls::TlsHandshake;
 
@@ -36,12 +39,14 @@ pub struct Listener {
     pub tls: Option<TlsHandshake>,
     pub admission: Arc<Admission>,
     pub settings: Arc<Settings>,
+    /// Where its connections are served.
+    pub threads: Arc<ConnectionThreads>,
 }
 
 /// Serves `listener` until `stopped` completes, then shuts every connection down gracefully and returns once
 /// the last has closed. Never fails: an `accept` that fails is counted, logged and retried.
 pub async fn serve(listener: Listener, stopped: impl Future<Output = ()> + Send) {
-    let Listener { tcp, tls, admission, settings } = listener;
+    let Listener { tcp, tls, admission, settings, threads } = listener;
     let tls = tls.map(Arc::new);
     let (stopping_tx, stopping) = watch::channel(false);
     // Every connection task holds a receiver: once all are gone, every connection has closed.
@@ -74,7 +79,7 @@ pub async fn serve(listener: Listener, stopped: impl Future<Output = ()> + Send)
             tracing::debug!(%peer, %error, "could not set TCP_NODELAY");
         }
         let (tls, settings, mut stopping, open) = (tls.clone(), settings.clone(), stopping.clone(), open.clone());
-        tokio::spawn(async move {
+        threads.spawn(stream, move |stream| async move {
             let _counted = (permit, open);
             match tls {
                 None => connection::serve(stream, peer, settings, stopping).await,
