@@ -42,7 +42,7 @@ use axum::extract::ConnectInfo;
 use axum::http::{HeaderValue, Request, Response, Version, header};
 use http_body::{Body as _, Frame, SizeHint};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
@@ -62,10 +62,28 @@ pub struct Settings {
     pub metrics: Arc<Metrics>,
     /// The listener's metric label.
     pub listener: &'static str,
-    pub builder: auto::Builder<TokioExecutor>,
+    pub builder: auto::Builder<StreamExecutor>,
+}
+
+/// Where hyper runs each HTTP/2 stream of a connection: on the runtime [`Settings`] were made on (the
+/// process's multi-threaded one), not on the connection's thread ([`crate::http::threads`]), so that the
+/// streams of one busy HTTP/2 connection (a proxy multiplexing its clients over it) are served on every
+/// core.
+#[derive(Clone)]
+pub struct StreamExecutor(tokio::runtime::Handle);
+
+impl<F> hyper::rt::Executor<F> for StreamExecutor
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, future: F) {
+        self.0.spawn(future);
+    }
 }
 
 impl Settings {
+    /// Called on the runtime that is to serve HTTP/2 streams ([`StreamExecutor`]).
     pub fn new(
         routes: Routes,
         header_read_timeout: Duration,
@@ -73,7 +91,7 @@ impl Settings {
         metrics: Arc<Metrics>,
         listener: &'static str,
     ) -> Self {
-        let mut builder = auto::Builder::new(TokioExecutor::new());
+        let mut builder = auto::Builder::new(StreamExecutor(tokio::runtime::Handle::current()));
         // Timed here (see the module doc), not by hyper: without a timer hyper's own default would not run.
         builder.http1().header_read_timeout(None);
         Self { routes, header_read_timeout, idle_timeout, metrics, listener, builder }

@@ -10,6 +10,15 @@
 //! runtime: the audit writer, the event listener, the sweeps, and any task a request spawns for longer
 //! than itself is spawned on its connection's thread.
 //!
+//! HTTP/2 streams are the exception: hyper runs each as a task of its own, and those go to the multi-threaded
+//! runtime ([`crate::http::connection::StreamExecutor`]), so that one HTTP/2 connection carrying many
+//! clients' requests (from a proxy) is served on every core.
+//!
+//! A database connection the pool opens while a request runs is registered with that request's thread:
+//! whichever task uses it later learns that it is ready through that thread, which looks between tasks and
+//! whenever it is idle. Nothing on a connection's thread holds it long (a render over its quick budget, a
+//! compile, go to the blocking pool), so the wait is a task's length at most.
+//!
 //! The threads stop when their [`ConnectionThreads`] is dropped, once the application has stopped serving
 //! and written its last audit records: what a connection's thread registered with its runtime (a pooled
 //! database connection opened during a request) stays usable until then.

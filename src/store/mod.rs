@@ -78,8 +78,9 @@ mod tests;
 /// Runs `work` over `items` records, milliseconds of CPU for a batch of thousands (hashing, encoding,
 /// freeing), without holding up the requests queued on this worker thread: on the multi-threaded runtime
 /// they move to another thread while it runs (`block_in_place`), and the system schedules it beside them.
-/// Fewer than [`OFF_THE_WORKERS_FROM`] items, and any work on a single-threaded runtime (as in tests), run in
-/// place: a fraction of a millisecond is cheaper to do than to hand the queue over for.
+/// Fewer than [`OFF_THE_WORKERS_FROM`] items, and any work on a single-threaded runtime (a connection's thread,
+/// [`crate::http::threads`], or a test's), run in place: a fraction of a millisecond is cheaper to do than to
+/// hand the queue over for, and the request path only ever passes a record or two.
 pub(crate) fn off_the_workers<R>(items: usize, work: impl FnOnce() -> R) -> R {
     if items < OFF_THE_WORKERS_FROM {
         return work();

@@ -283,6 +283,9 @@ pub fn test_config(db: &TestDatabase) -> hivegate::config::Config {
     config.rate_limits.admin_requests_per_second = 1_000_000;
     config.rate_limits.admin_burst = 1_000_000;
     config.rate_limits.failed_auth_attempts = 1_000_000;
+    // Two connection threads, as on the machines the suite runs on, however many CPUs this one has: tests run
+    // side by side, each with an application of its own.
+    config.http.threads = 2;
     config
 }
 
