@@ -194,18 +194,22 @@ mod tests {
         let _ = stream.read(&mut [0; 1]).await;
     }
 
-    /// The thread each client's connection is served on, as the connection told it.
+    /// The thread each client's connection is served on, as the connection told it (within 10 s: a connection
+    /// that is never served fails the test rather than hanging it).
     async fn threads_of(clients: &mut [TcpStream]) -> Vec<String> {
-        let mut names = Vec::new();
-        for client in clients {
-            let mut name = Vec::new();
-            let mut byte = [0; 1];
-            while client.read_exact(&mut byte).await.is_ok() && byte[0] != b'\n' {
-                name.push(byte[0]);
+        let read = async {
+            let mut names = Vec::new();
+            for client in clients {
+                let mut name = Vec::new();
+                let mut byte = [0; 1];
+                while client.read_exact(&mut byte).await.is_ok() && byte[0] != b'\n' {
+                    name.push(byte[0]);
+                }
+                names.push(String::from_utf8(name).expect("a thread name"));
             }
-            names.push(String::from_utf8(name).expect("a thread name"));
-        }
-        names
+            names
+        };
+        tokio::time::timeout(Duration::from_secs(10), read).await.expect("every connection tells its thread")
     }
 
     fn open(threads: &ConnectionThreads) -> Vec<usize> {
