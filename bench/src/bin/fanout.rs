@@ -130,6 +130,8 @@ impl Server {
             .env("HIVEGATE_LOG__LEVEL", "warn")
             .env("HIVEGATE_STREAMS__MAX_PER_KEY", "100000")
             .env("HIVEGATE_STREAMS__MAX_PER_AGENT", "100000")
+            // Every legacy stream is a session of the one key (1,000 by default).
+            .env("HIVEGATE_SESSIONS__MAX_PER_KEY", "100000")
             // Opening thousands of streams with one key is the set-up, not the load being measured.
             .env("HIVEGATE_RATE_LIMITS__KEY_REQUESTS_PER_SECOND", "0")
             .env("HIVEGATE_RATE_LIMITS__AGENT_REQUESTS_PER_SECOND", "0")
