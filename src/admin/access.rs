@@ -35,7 +35,7 @@ impl Caller {
         let caller = if let Some(value) = parts.headers.get(&KEY_HEADER) {
             let presented = value.to_str().ok().map(str::trim);
             match state.keys.authenticate(presented).await {
-                Ok(record) => Caller::Key(record),
+                Ok(hit) => Caller::Key(hit.key),
                 Err(KeyError::Unauthenticated) => {
                     return Err(ApiError::Unauthorized("the API key is unknown, revoked or expired".to_owned()));
                 }

@@ -259,7 +259,7 @@ pub async fn sign_in(
     let principal = if state.operator.is_valid(presented) {
         Some(Principal::Operator { token: state.operator.fingerprint() })
     } else {
-        match state.keys.authenticate(Some(presented)).await {
+        match state.keys.authenticate(Some(presented)).await.map(|hit| hit.key) {
             Ok(record) if record.has_scope(Scope::Registry) => Some(Principal::Agent {
                 agent: record.agent_id.clone(),
                 key_id: record.id.clone(),

@@ -337,6 +337,7 @@ async fn as_client<M: McpMethod>(
         session: None,
         era: Era::Modern,
         slot: None,
+        link: None,
     };
     match run::<M>(&ctx, Some(&params)).await {
         Ok(answer) => {

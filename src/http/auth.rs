@@ -11,6 +11,7 @@ use crate::domain::model::KeyRecord;
 use crate::domain::{AgentId, ApiKey, KeyDigest, KeyHasher};
 use crate::events::{BusHook, BusMessage, CacheGate};
 use crate::guard::Bucketed;
+use crate::registry::cache::AgentLink;
 use crate::store::{Store, StoreError};
 
 /// The header agent keys travel in; it wins over `Authorization: Bearer`. A `HeaderName`, so that looking it up
@@ -38,6 +39,16 @@ struct CachedKey {
     record: Arc<Bucketed<KeyRecord>>,
     /// When this replica last wrote `last_used_at` (or loaded the key).
     touched: Instant,
+    /// The key's agent's row and registry, as its last request found them ([`AgentLink`]).
+    link: Option<AgentLink>,
+}
+
+/// A usable key, what its last request found of its agent, and where to keep what this one finds.
+pub struct KeyHit {
+    pub key: Arc<Bucketed<KeyRecord>>,
+    pub link: Option<AgentLink>,
+    /// The digest of a presented key (access tokens reach their key by id, and keep no link).
+    pub digest: Option<KeyDigest>,
 }
 
 /// Presented keys, by digest, so a request costs one hash and one map lookup.
@@ -85,17 +96,25 @@ impl KeyCache {
     }
 
     /// The stored key for a presented one, if it is usable now.
-    pub async fn authenticate(&self, presented: Option<&str>) -> Result<Arc<Bucketed<KeyRecord>>, KeyError> {
+    pub async fn authenticate(&self, presented: Option<&str>) -> Result<KeyHit, KeyError> {
         let key = presented.and_then(ApiKey::parse).ok_or(KeyError::Unauthenticated)?;
         let digest = self.hasher.digest(key.expose());
-        self.usable(&self.entries, digest, || self.store.find_key(&digest)).await
+        let (key, link) = self.usable(&self.entries, digest, || self.store.find_key(&digest)).await?;
+        Ok(KeyHit { key, link, digest: Some(digest) })
+    }
+
+    /// Keeps `link` with the presented key of `digest`, for its next request.
+    pub fn remember(&self, digest: &KeyDigest, link: AgentLink) {
+        if let Some(mut entry) = self.entries.get_mut(digest) {
+            entry.link = Some(link);
+        }
     }
 
     /// The key with this id, if it is usable now: how an access token reaches the key it was granted with
     /// ([`crate::oauth`]). Cached and dropped by the same bus messages as presented keys, so a revocation
     /// on any replica refuses the token here at once.
     pub async fn by_id(&self, id: &str) -> Result<Arc<Bucketed<KeyRecord>>, KeyError> {
-        self.usable(&self.ids, id.to_owned(), || self.store.find_key_by_id(id)).await
+        Ok(self.usable(&self.ids, id.to_owned(), || self.store.find_key_by_id(id)).await?.0)
     }
 
     /// The key under `lookup` in `map`, else from `fetch` (cached when no invalidation raced the read). The
@@ -105,7 +124,7 @@ impl KeyCache {
         map: &FastMap<K, CachedKey>,
         lookup: K,
         fetch: impl FnOnce() -> F,
-    ) -> Result<Arc<Bucketed<KeyRecord>>, KeyError>
+    ) -> Result<(Arc<Bucketed<KeyRecord>>, Option<AgentLink>), KeyError>
     where
         F: Future<Output = Result<Option<KeyRecord>, StoreError>>,
     {
@@ -114,10 +133,10 @@ impl KeyCache {
             if due {
                 entry.touched = Instant::now();
             }
-            (entry.record.clone(), due)
+            (entry.record.clone(), due, entry.link.clone())
         });
-        let (record, touch) = match cached {
-            Some(hit) => hit,
+        let (record, touch, link) = match cached {
+            Some((record, due, link)) => (record, due, link),
             None => {
                 let generation = self.gate.generation();
                 let record = Arc::new(Bucketed::new(fetch().await?.ok_or(KeyError::Unauthenticated)?));
@@ -127,9 +146,9 @@ impl KeyCache {
                 if let dashmap::Entry::Vacant(slot) = map.entry(lookup)
                     && self.gate.may_keep(generation)
                 {
-                    slot.insert(CachedKey { record: record.clone(), touched: Instant::now() });
+                    slot.insert(CachedKey { record: record.clone(), touched: Instant::now(), link: None });
                 }
-                (record, true)
+                (record, true, None)
             }
         };
         if !record.is_usable_now() {
@@ -138,7 +157,7 @@ impl KeyCache {
         if touch {
             self.used.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(record.id.clone());
         }
-        Ok(record)
+        Ok((record, link))
     }
 
     fn forget(&self, keep: impl Fn(&KeyRecord) -> bool) {

@@ -146,7 +146,7 @@ impl Tokens<'_> {
             }
             return Err(error.clone());
         }
-        let Admitted { key, agent, slot } = self.admitted;
+        let Admitted { key, agent, slot, .. } = self.admitted;
         rate_limit(self.state, slot.as_ref(), key, agent).await.map_err(|limited| {
             limited.log_cause();
             self.refusal = Some((limited.error.clone(), limited.policy));

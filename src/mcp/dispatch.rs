@@ -96,6 +96,8 @@ pub struct Context<'a> {
     pub era: Era,
     /// Where the answer's rate-limit fields are left ([`crate::guard`]).
     pub slot: Option<&'a RateLimitSlot>,
+    /// The agent's row and registry as found for this request ([`crate::registry::cache::AgentLink`]).
+    pub link: Option<&'a crate::registry::cache::AgentLink>,
 }
 
 impl Context<'_> {

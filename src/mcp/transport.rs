@@ -47,6 +47,7 @@ use crate::guard::RateLimitSlot;
 use crate::http::auth::{Challenge, is_key_of};
 use crate::metrics::{Refused, TokenOutcome};
 use crate::oauth::{self, AuthError, Authenticated, Presented};
+use crate::registry::cache::AgentLink;
 use crate::state::AppState;
 
 /// A request that passed the gate: the agent it is for, and the key it came with (never logged).
@@ -55,12 +56,22 @@ pub(crate) struct Admitted {
     pub key: Arc<Bucketed<KeyRecord>>,
     /// Where the rate-limit fields of the answer are left (a costly method's refusal replaces them).
     pub slot: Option<RateLimitSlot>,
+    /// The agent's row and registry as found for this request.
+    pub link: Option<AgentLink>,
 }
 
 impl Admitted {
     /// The context a method of this request applies against, with its legacy `session` and its `era`.
     pub(super) fn context<'a>(&'a self, state: &'a AppState, session: Option<Arc<Session>>, era: Era) -> Context<'a> {
-        Context { state, agent: self.agent.clone(), key: &self.key, session, era, slot: self.slot.as_ref() }
+        Context {
+            state,
+            agent: self.agent.clone(),
+            key: &self.key,
+            session,
+            era,
+            slot: self.slot.as_ref(),
+            link: self.link.as_ref(),
+        }
     }
 }
 
@@ -250,7 +261,7 @@ pub(super) async fn admit(
         };
         state.metrics.oauth_tokens.get_or_create(&crate::metrics::OutcomeLabels { outcome: outcome.as_str() }).inc();
     }
-    let Authenticated { key, is_token } = match authenticated {
+    let Authenticated { key, is_token, link, digest } = match authenticated {
         Ok(authenticated) => authenticated,
         Err(error) => {
             let presented = Presented::of(headers, oauth.is_some()).text();
@@ -272,14 +283,24 @@ pub(super) async fn admit(
         }
     };
     let agent_id = path_agent.as_ref().ok_or(McpError::UnknownAgent)?;
-    let agent = match state.registry.agent(agent_id).await {
-        Ok(Some(agent)) => agent,
-        Ok(None) => return Err(McpError::UnknownAgent.into()),
-        Err(error) => {
-            tracing::warn!(%error, "agent lookup failed");
-            return Err(McpError::Unavailable.into());
-        }
+    // The key's link to its agent when it still holds (a request for another agent looks its own up).
+    let link = match link.filter(|link| state.registry.holds(link, agent_id)) {
+        Some(link) => link,
+        None => match state.registry.link(agent_id).await {
+            Ok(Some(link)) => {
+                if let Some(digest) = digest.as_ref().filter(|_| key.agent_id == *agent_id) {
+                    state.keys.remember(digest, link.clone());
+                }
+                link
+            }
+            Ok(None) => return Err(McpError::UnknownAgent.into()),
+            Err(error) => {
+                tracing::warn!(%error, "agent lookup failed");
+                return Err(McpError::Unavailable.into());
+            }
+        },
     };
+    let agent = link.agent().clone();
     // From here on the refusal belongs to the agent's log: the path's agent, and for another agent's key the
     // key's own agent as the target. The request span is given the agent by the refusal, or once admitted by
     // the method's handler ([`endpoint`]).
@@ -302,7 +323,7 @@ pub(super) async fn admit(
         limited.log_cause();
         return Err(refusal);
     }
-    Ok(Admitted { agent, key, slot: slot.cloned() })
+    Ok(Admitted { agent, key, slot: slot.cloned(), link: Some(link) })
 }
 
 /// One token from the key's bucket and from the agent's, which all its keys share ([`crate::guard`]): for

@@ -152,6 +152,10 @@ impl From<StoreError> for AuthError {
 pub struct Authenticated {
     pub key: Arc<Bucketed<KeyRecord>>,
     pub is_token: bool,
+    /// What the presented key's last request found of its agent, and the key's digest to keep what this
+    /// one finds (none for an access token).
+    pub link: Option<crate::registry::cache::AgentLink>,
+    pub digest: Option<crate::domain::KeyDigest>,
 }
 
 /// This replica's OAuth state: the configuration, the public URL, the external issuer's validator and the
@@ -222,7 +226,7 @@ impl OAuth {
         match Presented::of(headers, is_on) {
             Presented::Missing => Err(AuthError::Missing),
             Presented::Key(key) => match keys.authenticate(Some(key)).await {
-                Ok(key) => Ok(Authenticated { key, is_token: false }),
+                Ok(hit) => Ok(Authenticated { key: hit.key, is_token: false, link: hit.link, digest: hit.digest }),
                 Err(KeyError::Unauthenticated) => Err(AuthError::Key),
                 Err(KeyError::Store(error)) => Err(error.into()),
             },
@@ -230,7 +234,7 @@ impl OAuth {
                 let Some(agent) = agent else { return Err(AuthError::Missing) };
                 let grant = self.grant(token, agent).await?;
                 let key = self.key_of(keys, &grant, agent).await?;
-                Ok(Authenticated { key, is_token: true })
+                Ok(Authenticated { key, is_token: true, link: None, digest: None })
             }
         }
     }

@@ -7,6 +7,11 @@
 //! message to it synchronously before anyone can observe the message, so once a change is known on this
 //! replica no request is answered from what it made stale.
 //!
+//! Links: a presented key's cache entry keeps its agent's row and registry as its last request found them
+//! ([`AgentLink`]), so that a request with a known key makes one map lookup (the key's) instead of three.
+//! A link holds while no agent row was invalidated since it was made (the generation below) and its
+//! registry was not retired; anything else is looked up again and linked anew.
+//!
 //! Races: a cold read loads from the database into the agent's registry object it looked up *before* the
 //! read. An invalidation replaces that object, so a load that raced with it lands in an orphan nobody reads
 //! (and is not counted). Agent rows use a generation counter the same way `KeyCache` does.
@@ -98,9 +103,37 @@ type Entry = Arc<dyn Any + Send + Sync>;
 
 /// One agent's registry entries. Replaced (never cleared in place) on invalidation.
 #[derive(Default)]
-struct Registry {
+pub struct Registry {
     /// Short critical sections only (no `.await` while held), so a std mutex.
     inner: Mutex<RegistryInner>,
+    /// Set once the registry is retired (as `inner.is_dead`), readable without the lock: a link to a
+    /// retired registry no longer holds ([`AgentLink`]).
+    retired: std::sync::atomic::AtomicBool,
+}
+
+/// An agent's row and registry as a request found them, kept by the key that made the request
+/// ([`crate::http::auth::KeyCache`]) so that the key's next request finds both without looking them up:
+/// one trip to memory instead of two map lookups, each a lock, a probe and a reference count on lines of
+/// their own, which is what a request to an agent out of the CPU's caches pays for (bench/README.md). It
+/// holds while no agent row was invalidated since it was made (the cache's generation) and the registry
+/// was not retired.
+#[derive(Clone)]
+pub struct AgentLink {
+    agent: Arc<Bucketed<Agent>>,
+    registry: Arc<Registry>,
+    generation: u64,
+}
+
+impl std::fmt::Debug for AgentLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentLink").field("agent", &self.agent.id).field("generation", &self.generation).finish()
+    }
+}
+
+impl AgentLink {
+    pub fn agent(&self) -> &Arc<Bucketed<Agent>> {
+        &self.agent
+    }
 }
 
 #[derive(Default)]
@@ -182,6 +215,27 @@ impl RegistryCache {
         Ok(Some(agent))
     }
 
+    /// Whether `link` still stands for agent `id`: no agent row invalidated since it was made, its registry
+    /// not retired, and the cache open.
+    pub fn holds(&self, link: &AgentLink, id: &AgentId) -> bool {
+        link.agent.id == *id && self.gate.may_keep(link.generation) && !link.registry.retired.load(Ordering::Acquire)
+    }
+
+    /// The agent's row and registry, looked up (the row from the database once), as a link to keep; `None`
+    /// when there is no such agent.
+    pub async fn link(&self, id: &AgentId) -> StoreResult<Option<AgentLink>> {
+        // Noted before the lookups: an invalidation after this makes the link stale at once.
+        let generation = self.gate.generation();
+        let Some(agent) = self.agent(id).await? else { return Ok(None) };
+        Ok(Some(AgentLink { agent, registry: self.registry_of(id), generation }))
+    }
+
+    fn registry_of(&self, agent: &AgentId) -> Arc<Registry> {
+        // A shared lock on the map's shard for an agent already there, the exclusive one only to add it.
+        let known = self.registries.get(agent).map(|registry| Arc::clone(&registry));
+        known.unwrap_or_else(|| self.registries.entry(agent.clone()).or_default().clone())
+    }
+
     /// The value under `key` for `agent`, loading it with `load` on a miss.
     pub async fn get_or_load<T, F, Fut>(&self, agent: &AgentId, key: Key, load: F) -> StoreResult<Arc<T>>
     where
@@ -189,9 +243,27 @@ impl RegistryCache {
         F: FnOnce() -> Fut,
         Fut: Future<Output = StoreResult<Loaded<T>>>,
     {
-        // A shared lock on the map's shard for an agent already there, the exclusive one only to add it.
-        let known = self.registries.get(agent).map(|registry| Arc::clone(&registry));
-        let registry = known.unwrap_or_else(|| self.registries.entry(agent.clone()).or_default().clone());
+        self.get_or_load_linked(None, agent, key, load).await
+    }
+
+    /// [`Self::get_or_load`] in the registry of `link` when it is the agent's live one.
+    pub async fn get_or_load_linked<T, F, Fut>(
+        &self,
+        link: Option<&AgentLink>,
+        agent: &AgentId,
+        key: Key,
+        load: F,
+    ) -> StoreResult<Arc<T>>
+    where
+        T: Send + Sync + 'static,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = StoreResult<Loaded<T>>>,
+    {
+        let linked = link.filter(|link| link.agent.id == *agent && !link.registry.retired.load(Ordering::Acquire));
+        let registry = match linked {
+            Some(link) => link.registry.clone(),
+            None => self.registry_of(agent),
+        };
         if let Some(hit) = lookup::<T>(&registry, &key) {
             self.hits.inc();
             return Ok(hit);
@@ -248,6 +320,7 @@ impl RegistryCache {
     fn retire(&self, registry: &Registry) {
         if let Ok(mut inner) = registry.inner.lock() {
             inner.is_dead = true;
+            registry.retired.store(true, Ordering::Release);
             self.bytes.fetch_sub(inner.bytes, Ordering::Relaxed);
             inner.bytes = 0;
             inner.entries.clear();

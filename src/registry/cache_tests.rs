@@ -181,3 +181,60 @@ fn the_default_budget_is_a_bounded_share_of_memory() {
     assert_eq!(memory_limit("/nonexistent/memory.max"), None);
     let _ = std::fs::remove_file(&path);
 }
+
+/// Loads `key` through `link`, counting how often the loader runs.
+async fn load_linked(cache: &RegistryCache, link: &AgentLink, key: Key, calls: &AtomicU32) -> Arc<String> {
+    let id = link.agent().id.clone();
+    cache
+        .get_or_load_linked(Some(link), &id, key, || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Ok(Loaded { value: "value".to_owned(), bytes: Some(10) })
+        })
+        .await
+        .expect("load")
+}
+
+#[tokio::test]
+async fn a_link_holds_until_its_agent_or_registry_goes_stale() {
+    let f = fixture(MIN_DEFAULT_MAX_BYTES as usize).await;
+    let actor = Actor { name: "operator".into(), request_id: None };
+    for id in ["bot", "other"] {
+        let new = NewAgent {
+            id: agent(id),
+            name: id.into(),
+            description: None,
+            rate_limit: None,
+            cache_ttl_ms: None,
+            audit_retention_days: None,
+        };
+        f.store.create_agent(&new, &actor).await.expect("agent");
+    }
+    let bot = agent("bot");
+    assert!(f.cache.link(&agent("nobody")).await.expect("read").is_none());
+    let link = f.cache.link(&bot).await.expect("read").expect("exists");
+    assert!(f.cache.holds(&link, &bot));
+    assert!(!f.cache.holds(&link, &agent("other")), "a link is for its own agent only");
+
+    // The link's registry is the one the agent's lookups use: what one loads, the other finds.
+    let calls = AtomicU32::new(0);
+    load_linked(&f.cache, &link, Key::Templates, &calls).await;
+    load(&f.cache, &bot, Key::Templates, &calls, 10).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // A change to the agent's registry retires the linked registry: the link no longer holds, and a load
+    // through it reads afresh into the agent's new registry, where the map's lookups find it.
+    f.bus.publish(BusMessage::Change { agent: bot.clone(), seq: 1 });
+    assert!(!f.cache.holds(&link, &bot));
+    load_linked(&f.cache, &link, Key::Templates, &calls).await;
+    load(&f.cache, &bot, Key::Templates, &calls, 10).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+
+    // Any agent's row invalidated (or the bus going offline) makes every older link stale.
+    let link = f.cache.link(&bot).await.expect("read").expect("exists");
+    assert!(f.cache.holds(&link, &bot));
+    f.bus.publish(BusMessage::AgentChanged { agent: agent("other") });
+    assert!(!f.cache.holds(&link, &bot));
+    let link = f.cache.link(&bot).await.expect("read").expect("exists");
+    f.bus.publish(BusMessage::Offline);
+    assert!(!f.cache.holds(&link, &bot));
+}

@@ -171,7 +171,7 @@ where
             Ok(Loaded { value: Some(Arc::new(compiled)), bytes: Some(bytes) })
         }
     };
-    let found = ctx.registry().get_or_load(&ctx.agent.id, cache_key, load).await?;
+    let found = ctx.registry().get_or_load_linked(ctx.link, &ctx.agent.id, cache_key, load).await?;
     Ok(found.as_ref().clone())
 }
 

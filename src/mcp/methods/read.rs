@@ -100,7 +100,7 @@ async fn stored(ctx: &Context<'_>, uri: &str) -> Result<Arc<Stored>, McpError> {
             Ok(Loaded { value: Some(StoredItem { resource, size, item: Arc::from(item) }), bytes })
         }
     };
-    let loaded = ctx.registry().get_or_load(&ctx.agent.id, Key::Content(uri.into()), load).await?;
+    let loaded = ctx.registry().get_or_load_linked(ctx.link, &ctx.agent.id, Key::Content(uri.into()), load).await?;
     Ok(loaded)
 }
 
@@ -169,7 +169,7 @@ async fn readable_templates(ctx: &Context<'_>) -> Result<Arc<ReadableTemplates>,
     let agent = ctx.agent.id.clone();
     let templates = ctx
         .registry()
-        .get_or_load(&ctx.agent.id, Key::Templates, || async move {
+        .get_or_load_linked(ctx.link, &ctx.agent.id, Key::Templates, || async move {
             let rows = Templates::store(&*store).list(&agent, None, MAX_TEMPLATES).await?;
             let templates: Vec<Readable> = rows
                 .into_iter()

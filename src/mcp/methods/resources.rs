@@ -96,7 +96,7 @@ where
     let cache_key = Key::Page(key, after.clone());
     let page: Arc<Page> = ctx
         .registry()
-        .get_or_load(&ctx.agent.id, cache_key, || async move {
+        .get_or_load_linked(ctx.link, &ctx.agent.id, cache_key, || async move {
             let page = load(after).await?;
             let bytes = page.bytes();
             Ok(Loaded { value: page, bytes: Some(bytes) })

@@ -154,7 +154,7 @@ pub async fn decide(Submission { state, peer, headers, body }: Submission) -> Re
         consent_page(&server, &request, status, Some(message))
     };
     let key = match state.keys.authenticate(presented).await {
-        Ok(key) => key,
+        Ok(hit) => hit.key,
         Err(KeyError::Unauthenticated) => {
             return refused(
                 StatusCode::UNAUTHORIZED,
