@@ -51,7 +51,9 @@ pub struct KeyHit {
     pub digest: Option<KeyDigest>,
 }
 
-/// Presented keys, by digest, so a request costs one hash and one map lookup.
+/// Presented keys, by digest, so a request costs one hash and one map lookup. A presented key's entry also
+/// keeps its agent's row and registry as its last request found them ([`AgentLink`]); the registry cache
+/// checks the link on every use, and its own bus messages make it stale.
 ///
 /// Entries are dropped by bus messages (revocation, agent deletion, resync), applied synchronously as a
 /// [`BusHook`]; expiry is checked on every use. The gate's generation guards against a lookup that read the

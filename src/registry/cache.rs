@@ -323,7 +323,9 @@ impl RegistryCache {
             registry.retired.store(true, Ordering::Release);
             self.bytes.fetch_sub(inner.bytes, Ordering::Relaxed);
             inner.bytes = 0;
-            inner.entries.clear();
+            // Replaced, not cleared: a key's link may keep the retired registry until the key is used
+            // again, and should not keep the table's memory with it.
+            inner.entries = HashMap::default();
         }
     }
 
@@ -331,6 +333,9 @@ impl RegistryCache {
         self.gate.invalidate();
         self.agents.remove(agent);
         self.drop_registry(agent);
+        // Again once they are gone: a link made in between (the new generation, the old row, a fresh
+        // registry) would otherwise hold.
+        self.gate.invalidate();
     }
 
     fn drop_everything(&self) {
@@ -340,6 +345,8 @@ impl RegistryCache {
         for agent in all {
             self.drop_registry(&agent);
         }
+        // As in `drop_agent`.
+        self.gate.invalidate();
     }
 
     /// Estimated bytes held, for metrics and tests.

@@ -229,11 +229,18 @@ async fn a_link_holds_until_its_agent_or_registry_goes_stale() {
     load(&f.cache, &bot, Key::Templates, &calls, 10).await;
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 
-    // Any agent's row invalidated (or the bus going offline) makes every older link stale.
-    let link = f.cache.link(&bot).await.expect("read").expect("exists");
-    assert!(f.cache.holds(&link, &bot));
-    f.bus.publish(BusMessage::AgentChanged { agent: agent("other") });
-    assert!(!f.cache.holds(&link, &bot));
+    // Any agent's row invalidated (its own or another's, a resync, the bus going offline) makes every
+    // older link stale.
+    for message in [
+        BusMessage::AgentChanged { agent: bot.clone() },
+        BusMessage::AgentChanged { agent: agent("other") },
+        BusMessage::Resync,
+    ] {
+        let link = f.cache.link(&bot).await.expect("read").expect("exists");
+        assert!(f.cache.holds(&link, &bot));
+        f.bus.publish(message);
+        assert!(!f.cache.holds(&link, &bot));
+    }
     let link = f.cache.link(&bot).await.expect("read").expect("exists");
     f.bus.publish(BusMessage::Offline);
     assert!(!f.cache.holds(&link, &bot));
