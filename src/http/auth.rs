@@ -47,8 +47,8 @@ struct CachedKey {
 pub struct KeyHit {
     pub key: Arc<Bucketed<KeyRecord>>,
     pub link: Option<AgentLink>,
-    /// The digest of a presented key (access tokens reach their key by id, and keep no link).
-    pub digest: Option<KeyDigest>,
+    /// The presented key's digest, under which [`KeyCache::remember`] keeps a link.
+    pub digest: KeyDigest,
 }
 
 /// Presented keys, by digest, so a request costs one hash and one map lookup. A presented key's entry also
@@ -102,7 +102,7 @@ impl KeyCache {
         let key = presented.and_then(ApiKey::parse).ok_or(KeyError::Unauthenticated)?;
         let digest = self.hasher.digest(key.expose());
         let (key, link) = self.usable(&self.entries, digest, || self.store.find_key(&digest)).await?;
-        Ok(KeyHit { key, link, digest: Some(digest) })
+        Ok(KeyHit { key, link, digest })
     }
 
     /// Keeps `link` with the presented key of `digest`, for its next request.

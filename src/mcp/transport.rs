@@ -283,24 +283,28 @@ pub(super) async fn admit(
         }
     };
     let agent_id = path_agent.as_ref().ok_or(McpError::UnknownAgent)?;
-    // The key's link to its agent when it still holds (a request for another agent looks its own up).
-    let link = match link.filter(|link| state.registry.holds(link, agent_id)) {
-        Some(link) => link,
-        None => match state.registry.link(agent_id).await {
-            Ok(Some(link)) => {
-                if let Some(digest) = digest.as_ref().filter(|_| key.agent_id == *agent_id) {
+    // The agent through the key's link while it holds, else looked up; only the key's own agent is linked
+    // (a request for another is refused below, and makes it no registry).
+    let found = match link.filter(|link| state.registry.holds(link, agent_id)) {
+        Some(link) => Ok(Some((link.agent().clone(), Some(link)))),
+        None if is_key_of(&key, agent_id) => state.registry.link(agent_id).await.map(|found| {
+            found.map(|link| {
+                if let Some(digest) = &digest {
                     state.keys.remember(digest, link.clone());
                 }
-                link
-            }
-            Ok(None) => return Err(McpError::UnknownAgent.into()),
-            Err(error) => {
-                tracing::warn!(%error, "agent lookup failed");
-                return Err(McpError::Unavailable.into());
-            }
-        },
+                (link.agent().clone(), Some(link))
+            })
+        }),
+        None => state.registry.agent(agent_id).await.map(|found| found.map(|agent| (agent, None))),
     };
-    let agent = link.agent().clone();
+    let (agent, link) = match found {
+        Ok(Some(found)) => found,
+        Ok(None) => return Err(McpError::UnknownAgent.into()),
+        Err(error) => {
+            tracing::warn!(%error, "agent lookup failed");
+            return Err(McpError::Unavailable.into());
+        }
+    };
     // From here on the refusal belongs to the agent's log: the path's agent, and for another agent's key the
     // key's own agent as the target. The request span is given the agent by the refusal, or once admitted by
     // the method's handler ([`endpoint`]).
@@ -323,7 +327,7 @@ pub(super) async fn admit(
         limited.log_cause();
         return Err(refusal);
     }
-    Ok(Admitted { agent, key, slot: slot.cloned(), link: Some(link) })
+    Ok(Admitted { agent, key, slot: slot.cloned(), link })
 }
 
 /// One token from the key's bucket and from the agent's, which all its keys share ([`crate::guard`]): for

@@ -226,7 +226,9 @@ impl OAuth {
         match Presented::of(headers, is_on) {
             Presented::Missing => Err(AuthError::Missing),
             Presented::Key(key) => match keys.authenticate(Some(key)).await {
-                Ok(hit) => Ok(Authenticated { key: hit.key, is_token: false, link: hit.link, digest: hit.digest }),
+                Ok(hit) => {
+                    Ok(Authenticated { key: hit.key, is_token: false, link: hit.link, digest: Some(hit.digest) })
+                }
                 Err(KeyError::Unauthenticated) => Err(AuthError::Key),
                 Err(KeyError::Store(error)) => Err(error.into()),
             },

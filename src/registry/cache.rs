@@ -106,8 +106,8 @@ type Entry = Arc<dyn Any + Send + Sync>;
 pub struct Registry {
     /// Short critical sections only (no `.await` while held), so a std mutex.
     inner: Mutex<RegistryInner>,
-    /// Set once the registry is retired (as `inner.is_dead`), readable without the lock: a link to a
-    /// retired registry no longer holds ([`AgentLink`]).
+    /// Set, under the lock, once the registry is retired: nothing more is cached in it, and a link to it
+    /// no longer holds ([`AgentLink`]). Read without the lock by links.
     retired: std::sync::atomic::AtomicBool,
 }
 
@@ -138,7 +138,6 @@ impl AgentLink {
 
 #[derive(Default)]
 struct RegistryInner {
-    is_dead: bool,
     bytes: usize,
     /// Hashed with foldhash: keys are looked up on every request, and SipHash (std's default) cost more
     /// than the lookup itself. Keys come from the registry and requests; foldhash's seed is per process.
@@ -286,7 +285,7 @@ impl RegistryCache {
             self.evict(self.max_bytes / 2, agent);
         }
         let Ok(mut inner) = registry.inner.lock() else { return };
-        if inner.is_dead {
+        if registry.retired.load(Ordering::Acquire) {
             return;
         }
         if let Some((_, old)) = inner.entries.insert(key, (value, cost)) {
@@ -319,7 +318,6 @@ impl RegistryCache {
 
     fn retire(&self, registry: &Registry) {
         if let Ok(mut inner) = registry.inner.lock() {
-            inner.is_dead = true;
             registry.retired.store(true, Ordering::Release);
             self.bytes.fetch_sub(inner.bytes, Ordering::Relaxed);
             inner.bytes = 0;

@@ -7,7 +7,11 @@ use crate::helpers::{Api, Backend, TestApp, eventually, spawn_app, spawn_app_wit
 use crate::live_client::{listen, resources_changed, summary};
 use crate::mcp_client::{Mcp, agent_with_key};
 
-both!(metrics_count_known_traffic, the_cache_stays_within_its_budget);
+both!(
+    metrics_count_known_traffic,
+    the_cache_stays_within_its_budget,
+    a_keys_reads_are_fresh_and_cached_again_after_a_change
+);
 
 /// The value of the series `name{labels}` (labels exactly as exported, e.g. `method="GET"`), if present.
 fn value(text: &str, series: &str) -> Option<f64> {
@@ -102,4 +106,35 @@ async fn the_cache_stays_within_its_budget(backend: Backend) {
     let hits = value(&text, r#"hivegate_cache_lookups_total{result="hit"}"#).unwrap_or(0.0);
     // Making room drops other agents' registries before the one being filled.
     assert!(hits >= 12.0 * 6.0, "the second round of each agent was served from the cache: {text}");
+}
+
+/// A key's requests reach its agent's registry through what the key's last request found (src/registry/
+/// cache.rs, `AgentLink`): after a change to the registry, or to the agent, the same key reads the new
+/// content, and its reads are served from the cache again (a link to the registry the change retired would
+/// read the database on every request).
+async fn a_keys_reads_are_fresh_and_cached_again_after_a_change(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = agent_with_key(&app, "bot").await;
+    let mcp = Mcp::new(&app, "bot", &key);
+    let hits = |text: &str| value(text, r#"hivegate_cache_lookups_total{result="hit"}"#).unwrap_or(0.0);
+    let read = || async { mcp.legacy("resources/read", json!({"uri": "test://a"})).await };
+    // Round 0 makes the link, round 1 changes the registry only, round 2 the agent's row too.
+    for (round, text) in ["one", "two", "three"].into_iter().enumerate() {
+        app.put_text("bot", "test://a", text).await;
+        if round == 2 {
+            // The agent's row changes too: every link made before is stale.
+            let patched =
+                app.op(Method::PATCH, "/admin/v1/agents/bot").json(&json!({"name": "Bot"})).send().await.unwrap();
+            assert_eq!(patched.status(), StatusCode::OK);
+        }
+        let first = read().await;
+        assert_eq!(first.result()["contents"][0]["text"], text, "{}", first.body);
+        let before = hits(&scrape(&app).await);
+        for _ in 0..3 {
+            let again = read().await;
+            assert_eq!(again.result()["contents"][0]["text"], text, "{}", again.body);
+        }
+        let after = hits(&scrape(&app).await);
+        assert_eq!(after - before, 3.0, "round {round}: the reads after the first were served from the cache");
+    }
 }
