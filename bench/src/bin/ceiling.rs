@@ -5,8 +5,13 @@
 //! For the fan-out workload it serves `GET /sse`: a stream that sends one comment when it opens and then
 //! every frame published by `POST /notify`, through one tokio broadcast channel.
 //!
+//! With `--agents FILE` (lines "agent-id key", as `seed agents` writes them) each agent of the file gets
+//! answers of its own, made and kept apart in memory (a list's page as long as hivegate's: its resources
+//! carry hivegate's `lastModified` annotation), and a request is answered from its path's agent's: what
+//! spreading requests over many agents costs a server that does nothing else, the floor of W5's ratios.
+//!
 //! ```sh
-//! ceiling --listen 127.0.0.1:9001
+//! ceiling --listen 127.0.0.1:9001 [--agents FILE]
 //! ```
 
 use std::collections::HashMap;
@@ -15,7 +20,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -27,15 +32,24 @@ use tokio::sync::broadcast;
 struct Ceiling {
     /// The `result` of each method, serialised.
     results: HashMap<&'static str, String>,
+    /// Each agent's own `results`, when the ceiling serves agents apart (`--agents`).
+    agents: HashMap<String, HashMap<&'static str, String>>,
     /// Frames for the SSE streams.
     frames: broadcast::Sender<Bytes>,
 }
 
-fn results() -> HashMap<&'static str, String> {
+/// The answers' results; `annotated` gives each listed resource the `lastModified` annotation hivegate lists
+/// it with, so that a page is as long as hivegate's (the agents' answers, which W5 compares with hivegate's).
+fn results(annotated: bool) -> HashMap<&'static str, String> {
     let resources: Vec<Value> = (0..RESOURCES)
         .map(|i| {
-            json!({"uri": uri(i), "name": format!("doc-{i:03}"), "title": format!("Benchmark document {i:03}"),
-            "description": "A 1 KiB text resource of the benchmark", "mimeType": "text/plain", "size": 1024})
+            let mut resource = json!({"uri": uri(i), "name": format!("doc-{i:03}"),
+                "title": format!("Benchmark document {i:03}"),
+                "description": "A 1 KiB text resource of the benchmark", "mimeType": "text/plain", "size": 1024});
+            if annotated {
+                resource["annotations"] = json!({"lastModified": "2026-01-01T00:00:00.000Z"});
+            }
+            resource
         })
         .collect();
     let index = READ_URI.rsplit('/').next().and_then(|n| n.parse().ok()).unwrap_or(0);
@@ -53,7 +67,7 @@ fn results() -> HashMap<&'static str, String> {
     ])
 }
 
-async fn rpc(State(ceiling): State<Arc<Ceiling>>, body: Bytes) -> Response {
+async fn rpc(State(ceiling): State<Arc<Ceiling>>, Path(agent): Path<String>, body: Bytes) -> Response {
     let Ok(request) = serde_json::from_slice::<Value>(&body) else {
         return (
             StatusCode::BAD_REQUEST,
@@ -67,7 +81,8 @@ async fn rpc(State(ceiling): State<Arc<Ceiling>>, body: Bytes) -> Response {
     // Sessions as a client sees them: `initialize` hands out an id, which later requests carry (and the
     // ceiling ignores).
     let session = if method == "initialize" { "ceiling-session" } else { "" };
-    let answer = match ceiling.results.get(method) {
+    let results = ceiling.agents.get(&agent).unwrap_or(&ceiling.results);
+    let answer = match results.get(method) {
         Some(result) => format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#),
         None => format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32601,"message":"method not found"}}}}"#),
     };
@@ -105,17 +120,27 @@ async fn notify(State(ceiling): State<Arc<Ceiling>>) -> StatusCode {
 #[tokio::main]
 async fn main() {
     let mut listen = "127.0.0.1:9001".to_owned();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.as_slice() {
-        [] => {}
-        [flag, value] if flag == "--listen" => listen = value.clone(),
-        _ => {
-            eprintln!("usage: ceiling [--listen ADDRESS]");
-            std::process::exit(2);
+    let mut agents = HashMap::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        match (flag.as_str(), args.next()) {
+            ("--listen", Some(value)) => listen = value,
+            ("--agents", Some(file)) => {
+                let lines = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("cannot read {file}: {e}"));
+                for line in lines.lines() {
+                    if let Some((agent, _key)) = line.split_once(' ') {
+                        agents.insert(agent.to_owned(), results(true));
+                    }
+                }
+            }
+            _ => {
+                eprintln!("usage: ceiling [--listen ADDRESS] [--agents FILE]");
+                std::process::exit(2);
+            }
         }
     }
     let (frames, _) = broadcast::channel(256);
-    let ceiling = Arc::new(Ceiling { results: results(), frames });
+    let ceiling = Arc::new(Ceiling { results: results(false), agents, frames });
     let app = Router::new()
         .route("/{agent}/mcp", post(rpc))
         .route("/sse", get(sse))
