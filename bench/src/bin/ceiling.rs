@@ -8,7 +8,8 @@
 //! With `--agents FILE` (lines "agent-id key", as `seed agents` writes them) each agent of the file gets
 //! answers of its own, made and kept apart in memory (a list's page as long as hivegate's: its resources
 //! carry hivegate's `lastModified` annotation), and a request is answered from its path's agent's: what
-//! spreading requests over many agents costs a server that does nothing else, the floor of W5's ratios.
+//! spreading requests over many agents costs a server that does nothing else, which W5 shows beside
+//! hivegate's own many-agent ratio.
 //!
 //! ```sh
 //! ceiling --listen 127.0.0.1:9001 [--agents FILE]
