@@ -89,8 +89,8 @@ impl Batcher {
             }
         };
         // Records that came in while full batches were written wait to make a batch: writing them at once
-        // would double the transactions of a busy writer. A batch is written from the threshold (a fifth of
-        // `audit.batch_size` to all of it, by the rows the last one made), a full one at once.
+        // would double the transactions of a busy writer. A batch is written from the threshold (by the rows
+        // the last one made, within `LEAST_BATCH` and `audit.batch_size`), a full one at once.
         if !batch.is_empty() && (everything || batch.len() >= self.bell.threshold()) {
             self.write(batch).await;
         }

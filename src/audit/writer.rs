@@ -2,9 +2,9 @@
 //!
 //! Admin changes write their audit record in the change's own transaction (see the store). MCP requests are
 //! far more frequent, so their records go through a bounded queue to one background task that appends them in
-//! batches, one transaction each: a batch is written when enough records wait (`audit.batch_size` when they
-//! spread over many agents, fewer, down to a fifth of it, when the last batch filled few rows:
-//! [`RECORDS_A_ROW`]), every `audit.flush_interval_ms`, and at shutdown. A record does not wake the task:
+//! batches, one transaction each: a batch is written when enough records wait ([`RECORDS_A_ROW`] for each row
+//! the last batch made, from [`LEAST_BATCH`] to `audit.batch_size`), every `audit.flush_interval_ms`, and at
+//! shutdown. A record does not wake the task:
 //! only the one that makes a batch wait (or fills half the queue, when a batch is larger) does; a task woken
 //! per record would cost every request a wake-up and a poll. While the database is unreachable the task keeps
 //! its batch and retries with backoff, and new records wait in the queue. A record is dropped only when the
@@ -102,19 +102,24 @@ impl Recorder<'_> {
 #[derive(Debug)]
 pub struct Overloaded;
 
-/// A batch is written once it holds about this many records for each row it makes (5,000 records over the
-/// 64 buckets of [`super::stream`]), and at most `audit.batch_size`.
+/// A batch is written once it holds about this many records for each row it makes (12,800 records over the
+/// 64 buckets of [`super::stream`]), from [`LEAST_BATCH`] and at most `audit.batch_size`.
 ///
 /// The database pays for a batch in three parts: its transaction, each row (a tuple, its index entries and
-/// its compressed values) and each record's bytes. Records of one or a few agents fill few rows, so a batch
-/// of them is written from a fifth of `audit.batch_size` (1,000 of the default 5,000; with a size under 400,
-/// from 80): the database's work comes in five times smaller bursts, which is what sets the tail latency of
-/// the requests served beside it (W1's p99 4.5–5.5 ms at 1,000 against 6.1–6.8 at 5,000, bench/README.md),
-/// for a few transactions more a second. Records spread over many agents fill a row per bucket whatever
-/// the batch's size: they wait for a full batch, or each row would hold a handful of records and the
-/// database would spend most of its time on rows (at 1,000 a batch over 10,000 agents, PostgreSQL took
-/// 5.1–6.8 µs of CPU a request against 3.2–4.0).
-pub(super) const RECORDS_A_ROW: usize = 80;
+/// its compressed values) and each record's bytes. Records spread over many agents fill a row per bucket
+/// whatever the batch's size, so they wait for a large batch, or each row would hold a handful of records
+/// and the database would spend most of its time on rows: at 1,000 a batch over 10,000 agents PostgreSQL
+/// took 5.1–6.8 µs of CPU a request, at 5,000 (80 records a row) 3.2–4.0, and rows of 200 records saved
+/// it and the writer about another microsecond a request, as the rows' heads (two chain hashes for each
+/// agent a row holds) fall from 122 bytes a record to 97 (bench/README.md).
+pub(super) const RECORDS_A_ROW: usize = 200;
+
+/// The fewest records that make a batch (fewer when `audit.batch_size` is under five times this: a fifth
+/// of it). Records of one or a few agents fill few rows, so a batch of them is written from here: the
+/// database's work comes in smaller bursts, which is what sets the tail latency of the requests served
+/// beside it (W1's p99 4.5–5.5 ms at 1,000 against 6.1–6.8 at 5,000, bench/README.md), for a few
+/// transactions more a second.
+pub(super) const LEAST_BATCH: usize = 1_000;
 
 /// How requests wake the writer task: once a batch waits in the queue, not for every record.
 pub(super) struct Doorbell {
@@ -124,7 +129,7 @@ pub(super) struct Doorbell {
     /// The records that make a batch now: [`RECORDS_A_ROW`] for each row the last batch made, within
     /// `least` and `most` (set by the task after each write).
     pub(super) threshold: AtomicUsize,
-    /// A fifth of `most` (at least one record).
+    /// [`LEAST_BATCH`], or a fifth of `most` when that is fewer (at least one record).
     pub(super) least: usize,
     /// A full batch, or half the queue when a batch is larger than that (it could never wait in it whole).
     pub(super) most: usize,
@@ -138,7 +143,7 @@ impl Doorbell {
             notify: Notify::new(),
             rung: AtomicBool::new(false),
             threshold: AtomicUsize::new(most),
-            least: (most / 5).max(1),
+            least: (most / 5).clamp(1, LEAST_BATCH),
             most,
             held: AtomicUsize::new(0),
         }

@@ -205,3 +205,28 @@ async fn a_stream_holding_too_many_agents_gives_way_to_a_new_one_and_both_verify
     let one = crate::audit::verify::verify(store.as_ref(), Some("a1")).await.expect("verify a1");
     assert_eq!(one.agents.get("a1").map(|outcome| outcome.clone().ok()), Some(Some(2)), "{one:?}");
 }
+
+#[test]
+fn a_batch_is_made_by_the_rows_it_fills_from_a_thousand_records_to_the_batch_size() {
+    let default = AuditConfig::default().batch_size;
+    let bell = Doorbell::new(default);
+    assert_eq!(bell.threshold(), default, "until a batch was written, a batch is full");
+    // One agent's records fill one row: a batch of 1,000, not a fifth of the default size.
+    bell.adapt(1);
+    assert_eq!(bell.threshold(), LEAST_BATCH);
+    bell.adapt(10);
+    assert_eq!(bell.threshold(), 10 * RECORDS_A_ROW);
+    // Records spread over every bucket wait for rows of 200 records each, within the default size.
+    bell.adapt(64);
+    assert_eq!(bell.threshold(), 64 * RECORDS_A_ROW);
+    assert!(64 * RECORDS_A_ROW <= default, "the default batch holds a row of 200 records in every bucket");
+    bell.adapt(200);
+    assert_eq!(bell.threshold(), default);
+    // A small configured size: a fifth of it at least.
+    let small = Doorbell::new(500);
+    small.adapt(1);
+    assert_eq!(small.threshold(), 100);
+    let one = Doorbell::new(1);
+    one.adapt(1);
+    assert_eq!(one.threshold(), 1);
+}
