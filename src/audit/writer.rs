@@ -114,11 +114,12 @@ pub struct Overloaded;
 /// agent a row holds) fall from 122 bytes a record to 97 (bench/README.md).
 pub(super) const RECORDS_A_ROW: usize = 200;
 
-/// The fewest records that make a batch (fewer when `audit.batch_size` is under five times this: a fifth
-/// of it). Records of one or a few agents fill few rows, so a batch of them is written from here: the
-/// database's work comes in smaller bursts, which is what sets the tail latency of the requests served
-/// beside it (W1's p99 4.5–5.5 ms at 1,000 against 6.1–6.8 at 5,000, bench/README.md), for a few
-/// transactions more a second.
+/// The fewest records that make a batch (a fifth of the largest batch when that is fewer). Records of one
+/// or a few agents fill few rows, so a batch of them is written from here: the database's work comes in
+/// smaller bursts, which is what sets the tail latency of the requests served beside it (W1's p99 4.5–5.5
+/// ms at 1,000 against 6.1–6.8 at 5,000, bench/README.md), for a few transactions more a second. (A
+/// writer that fell behind takes a whole batch of one agent's records, up to 15 rows of 1,000: the next
+/// few batches are larger, until the rows they make fall again.)
 pub(super) const LEAST_BATCH: usize = 1_000;
 
 /// How requests wake the writer task: once a batch waits in the queue, not for every record.

@@ -110,37 +110,37 @@ async fn a_full_batch_is_written_at_once_and_a_partial_one_waits() {
 }
 
 #[tokio::test]
-async fn records_of_one_agent_make_a_batch_from_a_fifth_of_the_size_and_spread_ones_wait_for_all_of_it() {
+async fn records_of_one_agent_make_a_batch_from_200_a_row_and_spread_ones_wait_for_all_of_it() {
     let (store, _file) = temp_store().await;
     let config = AuditConfig { batch_size: 500, flush_interval_ms: 3_600_000, ..AuditConfig::default() };
     let (writer, task, stats) = started(&store, &config).await;
     let written = || stats.written.load(Ordering::Relaxed);
     assert_eq!(writer.bell.threshold(), 500, "until a batch was written, a batch is full");
-    // One agent's records fill one row: from then on a fifth of the size makes a batch.
+    // One agent's records fill one row: from then on 200 records (above a fifth of the size) make a batch.
     record_each(&writer, 0..500);
     until("the first batch", || written() == 500).await;
-    assert_eq!(writer.bell.threshold(), 100);
-    record_each(&writer, 500..599);
+    assert_eq!(writer.bell.threshold(), 200);
+    record_each(&writer, 500..699);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(written(), 500, "99 records are not a batch: they wait");
-    record_each(&writer, 599..600);
-    until("a batch of a fifth", || written() == 600).await;
+    assert_eq!(written(), 500, "199 records are not a batch: they wait");
+    record_each(&writer, 699..700);
+    until("a batch of one row", || written() == 700).await;
     // Records of 100 agents fall in most of the 64 buckets, a row each: the next batch waits to be full.
     let spread = |n: u32| {
         QueuedRecord::from(&AuditRecord { agent_id: compact_str::format_compact!("agent{}", n % 100), ..record(n) })
     };
-    for n in 0..100 {
+    for n in 0..200 {
         writer.record(spread(n));
     }
-    until("the spread batch", || written() == 700).await;
+    until("the spread batch", || written() == 900).await;
     assert_eq!(writer.bell.threshold(), 500, "a batch over many rows waits to be full");
-    for n in 100..599 {
+    for n in 200..699 {
         writer.record(spread(n));
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(written(), 700, "499 spread records are not a batch: they wait");
-    writer.record(spread(599));
-    until("the full spread batch", || written() == 1_200).await;
+    assert_eq!(written(), 900, "499 spread records are not a batch: they wait");
+    writer.record(spread(699));
+    until("the full spread batch", || written() == 1_400).await;
     task.stop(Duration::from_secs(5)).await;
     assert_eq!(stats.dropped.load(Ordering::Relaxed), 0);
     let report = crate::audit::verify::verify(store.as_ref(), None).await.expect("verify");
@@ -209,24 +209,25 @@ async fn a_stream_holding_too_many_agents_gives_way_to_a_new_one_and_both_verify
 #[test]
 fn a_batch_is_made_by_the_rows_it_fills_from_a_thousand_records_to_the_batch_size() {
     let default = AuditConfig::default().batch_size;
+    assert_eq!(default, 15_000);
     let bell = Doorbell::new(default);
-    assert_eq!(bell.threshold(), default, "until a batch was written, a batch is full");
+    assert_eq!(bell.threshold(), 15_000, "until a batch was written, a batch is full");
     // One agent's records fill one row: a batch of 1,000, not a fifth of the default size.
     bell.adapt(1);
-    assert_eq!(bell.threshold(), LEAST_BATCH);
+    assert_eq!(bell.threshold(), 1_000);
     bell.adapt(10);
-    assert_eq!(bell.threshold(), 10 * RECORDS_A_ROW);
+    assert_eq!(bell.threshold(), 2_000);
     // Records spread over every bucket wait for rows of 200 records each, within the default size.
     bell.adapt(64);
-    assert_eq!(bell.threshold(), 64 * RECORDS_A_ROW);
-    assert!(64 * RECORDS_A_ROW <= default, "the default batch holds a row of 200 records in every bucket");
+    assert_eq!(bell.threshold(), 12_800);
     bell.adapt(200);
-    assert_eq!(bell.threshold(), default);
-    // A small configured size: a fifth of it at least.
-    let small = Doorbell::new(500);
-    small.adapt(1);
-    assert_eq!(small.threshold(), 100);
-    let one = Doorbell::new(1);
-    one.adapt(1);
-    assert_eq!(one.threshold(), 1);
+    assert_eq!(bell.threshold(), 15_000);
+    // Smaller configured sizes: a fifth of the size at least, 200 a row, at most the size.
+    for (size, one_row, ten_rows) in [(2_000, 400, 2_000), (500, 200, 500), (100, 100, 100), (1, 1, 1)] {
+        let small = Doorbell::new(size);
+        small.adapt(1);
+        assert_eq!(small.threshold(), one_row, "one row of a batch of {size}");
+        small.adapt(10);
+        assert_eq!(small.threshold(), ten_rows, "ten rows of a batch of {size}");
+    }
 }

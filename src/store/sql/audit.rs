@@ -232,6 +232,9 @@ macro_rules! impl_audit_store {
                 .execute(&mut *tx)
                 .await
                 .map_err(Self::error)?;
+                // The connection's buffers grew to the batch's statement (megabytes over many agents) and
+                // would keep that size in the pool: every connection the writer used would hold one.
+                sqlx::Connection::shrink_buffers(&mut *tx);
                 self.commit(tx, Vec::new()).await?;
                 stream.commit(batch);
                 Ok(())
