@@ -4,12 +4,12 @@
 //! far more frequent, so their records go through a bounded queue to one background task that appends them in
 //! batches, one transaction each: a batch is written when enough records wait ([`RECORDS_A_ROW`] for each row
 //! the last batch made, from [`LEAST_BATCH`] to `audit.batch_size`), every `audit.flush_interval_ms`, and at
-//! shutdown. A record does not wake the task:
-//! only the one that makes a batch wait (or fills half the queue, when a batch is larger) does; a task woken
-//! per record would cost every request a wake-up and a poll. While the database is unreachable the task keeps
-//! its batch and retries with backoff, and new records wait in the queue. A record is dropped only when the
-//! queue is full, or when the database refuses a value in it (which no retry would change; the records around
-//! it are written); every drop is counted ([`AuditStats`]) and logged.
+//! shutdown. A record does not wake the task: only the one that makes a batch wait (or fills half the queue,
+//! when a batch is larger) does; a task woken per record would cost every request a wake-up and a poll.
+//! While the database is unreachable the task keeps its batch and retries with backoff, and new records wait
+//! in the queue. A record is dropped only when the queue is full, or when the database refuses a value in it
+//! (which no retry would change; the records around it are written); every drop is counted ([`AuditStats`])
+//! and logged.
 //!
 //! The task writes to a stream of its own ([`super::stream`]), opened when it starts: each
 //! agent's chain in it is kept in memory, so a batch is a few rows and one update of the stream's head,
