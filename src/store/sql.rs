@@ -239,7 +239,8 @@ macro_rules! impl_store {
             use $crate::store::sql::Change;
             use $crate::store::sql::agents::agent_columns;
             use $crate::store::sql::audit_segment::{
-                AUDIT_SEGMENT_RECORDS, AUDIT_SEGMENT_SPAN, AUDIT_SEGMENTS_PER_INSERT, chain_audit_segments,
+                AUDIT_ROW_ENCODING_BYTES, AUDIT_SEGMENT_RECORDS, AUDIT_SEGMENT_SPAN, AUDIT_VALUES_PER_ROW,
+                AuditSegmentInsert, chain_audit_segments, statement_rows,
             };
             use $crate::store::sql::collections::{
                 StoredCollection, WrittenCollection, resource_columns, resource_content_columns,

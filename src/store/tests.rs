@@ -531,6 +531,34 @@ async fn large_audit_batches(store: &dyn Store) -> TestResult {
     Ok(())
 }
 
+/// A batch spread over many agents whose rows together hold several statements' bytes: it goes to the
+/// database in several statements of one transaction, and every record is stored, in chains that verify.
+async fn audit_batch_of_many_statements(store: &dyn Store) -> TestResult {
+    use crate::store::sql::audit_segment::AUDIT_STATEMENT_BYTES;
+
+    const AGENTS: i64 = 1_500;
+    let long = "x".repeat(400);
+    let records: Vec<AuditRecord> = (0..6_000)
+        .map(|n| AuditRecord {
+            target: format!("test://{n}/{long}").into(),
+            ..mcp_record(&format!("agent-{:04}", n % AGENTS), n)
+        })
+        .collect();
+    let targets: usize = records.iter().map(|record| record.target.len()).sum();
+    assert!(targets > 4 * AUDIT_STATEMENT_BYTES, "the batch needs several statements");
+    store.append_audit(&mut AuditStream::new(), &mut queued(&records)).await?;
+    let counts = verify_chains(store).await?;
+    assert_eq!(counts.len(), AGENTS as usize);
+    assert!(counts.iter().all(|(_, records)| *records == 4), "{counts:?}");
+    Ok(())
+}
+
+on_both_backends!(
+    sqlite_audit_batch_of_many_statements,
+    postgres_audit_batch_of_many_statements,
+    audit_batch_of_many_statements
+);
+
 /// Writers appending batches at once, each in its own stream over the same fifty agents in its own order:
 /// none deadlocks or fails, and every chain verifies with every record in it.
 async fn concurrent_audit_batches(store: Arc<dyn Store>) -> TestResult {

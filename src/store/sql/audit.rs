@@ -12,18 +12,29 @@
 macro_rules! impl_audit_store {
     ($store:ty, $db:ty) => {
         impl $store {
-            /// Inserts `rows` with `insert` (the statement up to its values), [`AUDIT_SEGMENTS_PER_INSERT`] rows a
-            /// statement, each row's values bound by `bind`. Only the one-row statement (an admin change's, a
-            /// one-agent batch's) is kept prepared, so that other row counts do not push the connection's
-            /// prepared statements out.
+            /// Inserts `rows` with `insert` (the statement up to its values), as many rows a statement as
+            /// [`statement_rows`] gives for their `bytes`, each row's values bound by `bind` into arguments
+            /// sized for them at once. Only the one-row statement (an admin change's, a one-agent batch's) is
+            /// kept prepared, so that other row counts do not push the connection's prepared statements out.
             async fn insert_rows<T>(
                 connection: &mut <$db as sqlx::Database>::Connection,
                 insert: &'static str,
                 rows: &[T],
+                bytes: impl Fn(&T) -> usize,
                 mut bind: impl FnMut(&mut sqlx::query_builder::Separated<'_, $db, &'static str>, &T),
             ) -> StoreResult<()> {
-                for chunk in rows.chunks(AUDIT_SEGMENTS_PER_INSERT) {
-                    let mut statement = sqlx::QueryBuilder::<$db>::new(insert);
+                let mut rest = rows;
+                while !rest.is_empty() {
+                    let (count, size) = statement_rows(rest, &bytes);
+                    let (chunk, others) = rest.split_at(count);
+                    rest = others;
+                    let mut arguments = <$db as sqlx::Database>::Arguments::default();
+                    sqlx::Arguments::reserve(
+                        &mut arguments,
+                        chunk.len() * AUDIT_VALUES_PER_ROW,
+                        size + chunk.len() * AUDIT_ROW_ENCODING_BYTES,
+                    );
+                    let mut statement = sqlx::QueryBuilder::<$db>::with_arguments(insert, arguments);
                     statement.push_values(chunk, |mut row, item| bind(&mut row, item));
                     let statement = statement.build().persistent(chunk.len() == 1);
                     statement.execute(&mut *connection).await.map_err(Self::error)?;
@@ -159,7 +170,10 @@ macro_rules! impl_audit_store {
                 let now = Timestamp::now().as_micros();
                 let insert = "insert into audit_segment (agent_id, first_seq, last_seq, first_at, last_at, prev_hash, \
                               last_hash, records, created_at, updated_at) ";
-                Self::insert_rows(&mut **tx, insert, &segments, |row, segment| {
+                let bytes = |segment: &AuditSegmentInsert<'_>| {
+                    segment.agent_id.len() + segment.prev_hash.len() + segment.last_hash.len() + segment.records.len()
+                };
+                Self::insert_rows(&mut **tx, insert, &segments, bytes, |row, segment| {
                     row.push_bind(segment.agent_id)
                         .push_bind(segment.first_seq)
                         .push_bind(segment.last_seq)
@@ -205,7 +219,10 @@ macro_rules! impl_audit_store {
                 let now = Timestamp::now().as_micros();
                 let insert = "insert into audit_batch (stream_id, seq, bucket, first_at, last_at, heads, prev_hash, \
                               hash, records, created_at, updated_at) ";
-                Self::insert_rows(&mut *tx, insert, &batch.rows, |row, stored| {
+                let bytes = |stored: &$crate::audit::stream::StreamRow| {
+                    stream.id().len() + stored.heads.len() + stored.prev_hash.len() + stored.hash.len() + stored.records.len()
+                };
+                Self::insert_rows(&mut *tx, insert, &batch.rows, bytes, |row, stored| {
                     row.push_bind(stream.id())
                         .push_bind(stored.seq)
                         .push_bind(stored.bucket)
@@ -232,8 +249,9 @@ macro_rules! impl_audit_store {
                 .execute(&mut *tx)
                 .await
                 .map_err(Self::error)?;
-                // The connection's buffers grew to the batch's statement (megabytes over many agents) and
-                // would keep that size in the pool: every connection the writer used would hold one.
+                // The connection's buffers grew to the batch's largest statement (up to about half a MiB,
+                // `AUDIT_STATEMENT_BYTES`) and would keep that size in the pool: every connection the writer
+                // used would hold one.
                 sqlx::Connection::shrink_buffers(&mut *tx);
                 self.commit(tx, Vec::new()).await?;
                 stream.commit(batch);

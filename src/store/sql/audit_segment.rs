@@ -19,6 +19,35 @@ pub(in crate::store) const AUDIT_SEGMENT_SPAN: i64 = 60_000_000;
 /// parameters (SQLite's 32,766).
 pub(in crate::store) const AUDIT_SEGMENTS_PER_INSERT: usize = 1_000;
 
+/// The bytes of text values one audit `insert` statement carries, unless its first row alone has more. A
+/// batch of records spread over many agents makes rows of several MiB together; sent as one statement,
+/// their arguments and the connection's buffer grew to that size, by doubling, for every batch (the
+/// buffer is given back after each: otherwise each pooled connection would keep one). In statements of
+/// this size they stay in memory the allocator reuses, at a few more round trips a batch.
+pub(in crate::store) const AUDIT_STATEMENT_BYTES: usize = 512 * 1024;
+
+/// The values of an audit row (a segment's or a stream row's): 10 or 11.
+pub(in crate::store) const AUDIT_VALUES_PER_ROW: usize = 11;
+
+/// What a row's values take in a statement's arguments beside their text: the numbers (8 bytes each) and a
+/// length before each value (PostgreSQL's encoding).
+pub(in crate::store) const AUDIT_ROW_ENCODING_BYTES: usize = AUDIT_VALUES_PER_ROW * 4 + 6 * 8;
+
+/// How many of `rows` the next audit `insert` statement carries, and their text's bytes: at least one, at
+/// most [`AUDIT_SEGMENTS_PER_INSERT`], and no more than [`AUDIT_STATEMENT_BYTES`] unless the first row
+/// alone has more.
+pub(in crate::store) fn statement_rows<T>(rows: &[T], bytes: impl Fn(&T) -> usize) -> (usize, usize) {
+    let mut total = 0;
+    for (count, row) in rows.iter().take(AUDIT_SEGMENTS_PER_INSERT).enumerate() {
+        let size = bytes(row);
+        if count > 0 && total + size > AUDIT_STATEMENT_BYTES {
+            return (count, total);
+        }
+        total += size;
+    }
+    (rows.len().min(AUDIT_SEGMENTS_PER_INSERT), total)
+}
+
 /// Where one audit segment lies in an agent's records: a run of at most [`AUDIT_SEGMENT_RECORDS`] records
 /// spanning at most [`AUDIT_SEGMENT_SPAN`] of occurrence time (see the 0008 migration).
 pub(in crate::store) struct AuditSegment {
@@ -104,4 +133,33 @@ pub(in crate::store) fn chain_audit_segments<'a>(
         });
     }
     Ok((segments, hash))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_statement_takes_rows_up_to_its_bytes_and_at_least_one() {
+        let size = |row: &usize| *row;
+        let third = AUDIT_STATEMENT_BYTES / 3;
+        assert_eq!(statement_rows(&[third, third, third, third], size), (3, 3 * third));
+        // Exactly a statement's bytes fit; one byte more does not.
+        let half = AUDIT_STATEMENT_BYTES / 2;
+        assert_eq!(statement_rows(&[half, half, 1], size), (2, AUDIT_STATEMENT_BYTES));
+        assert_eq!(statement_rows(&[half, half + 1, 1], size), (1, half));
+        // A row larger than a statement's bytes goes alone, and so does one after it.
+        let large = AUDIT_STATEMENT_BYTES + 1;
+        assert_eq!(statement_rows(&[large, 1], size), (1, large));
+        assert_eq!(statement_rows(&[1, large], size), (1, 1));
+        assert_eq!(statement_rows(&[5, 7], size), (2, 12));
+        assert_eq!(statement_rows::<usize>(&[], size), (0, 0));
+    }
+
+    #[test]
+    fn a_statement_takes_at_most_its_rows() {
+        let rows = vec![0_usize; AUDIT_SEGMENTS_PER_INSERT + 5];
+        assert_eq!(statement_rows(&rows, |row| *row), (AUDIT_SEGMENTS_PER_INSERT, 0));
+        assert_eq!(statement_rows(&rows[AUDIT_SEGMENTS_PER_INSERT..], |row| *row), (5, 0));
+    }
 }
