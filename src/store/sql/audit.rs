@@ -14,8 +14,9 @@ macro_rules! impl_audit_store {
         impl $store {
             /// Inserts `rows` with `insert` (the statement up to its values), as many rows a statement as
             /// [`statement_rows`] gives for their `bytes`, each row's values bound by `bind` into arguments
-            /// sized for them at once. Only the one-row statement (an admin change's, a one-agent batch's) is
-            /// kept prepared, so that other row counts do not push the connection's prepared statements out.
+            /// sized for them at once. Only the one-row statement (an admin change's, a one-agent batch's, a row
+            /// larger than a statement's bytes) is kept prepared, so that other row counts do not push the
+            /// connection's prepared statements out.
             async fn insert_rows<T>(
                 connection: &mut <$db as sqlx::Database>::Connection,
                 insert: &'static str,
@@ -249,9 +250,9 @@ macro_rules! impl_audit_store {
                 .execute(&mut *tx)
                 .await
                 .map_err(Self::error)?;
-                // The connection's buffers grew to the batch's largest statement (up to about half a MiB,
-                // `AUDIT_STATEMENT_BYTES`) and would keep that size in the pool: every connection the writer
-                // used would hold one.
+                // The connection's buffers grew to the batch's largest statement (about half a MiB,
+                // `AUDIT_STATEMENT_BYTES`, or a row larger than that alone) and would keep that size in the
+                // pool: every connection the writer used would hold one.
                 sqlx::Connection::shrink_buffers(&mut *tx);
                 self.commit(tx, Vec::new()).await?;
                 stream.commit(batch);

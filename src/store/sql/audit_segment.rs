@@ -15,8 +15,8 @@ pub(in crate::store) const AUDIT_SEGMENT_RECORDS: usize = 1_000;
 /// the newest time a page can show for segments holding records at or before it.
 pub(in crate::store) const AUDIT_SEGMENT_SPAN: i64 = 60_000_000;
 
-/// Audit segments one `insert` statement carries: 10 values each stays far below both backends' bound
-/// parameters (SQLite's 32,766).
+/// The most audit rows (agents' segments, 10 values each, or stream rows, 11) one `insert` statement
+/// carries: far below both backends' bound parameters (SQLite's 32,766).
 pub(in crate::store) const AUDIT_SEGMENTS_PER_INSERT: usize = 1_000;
 
 /// The bytes of text values one audit `insert` statement carries, unless its first row alone has more. A
@@ -29,8 +29,8 @@ pub(in crate::store) const AUDIT_STATEMENT_BYTES: usize = 512 * 1024;
 /// The values of an audit row (a segment's or a stream row's): 10 or 11.
 pub(in crate::store) const AUDIT_VALUES_PER_ROW: usize = 11;
 
-/// What a row's values take in a statement's arguments beside their text: the numbers (8 bytes each) and a
-/// length before each value (PostgreSQL's encoding).
+/// What a row's values take in a statement's arguments beside their text, at most: the numbers (8 bytes
+/// each, or 4) and a length before each value (PostgreSQL's encoding).
 pub(in crate::store) const AUDIT_ROW_ENCODING_BYTES: usize = AUDIT_VALUES_PER_ROW * 4 + 6 * 8;
 
 /// How many of `rows` the next audit `insert` statement carries, and their text's bytes: at least one, at
@@ -148,7 +148,7 @@ mod tests {
         let half = AUDIT_STATEMENT_BYTES / 2;
         assert_eq!(statement_rows(&[half, half, 1], size), (2, AUDIT_STATEMENT_BYTES));
         assert_eq!(statement_rows(&[half, half + 1, 1], size), (1, half));
-        // A row larger than a statement's bytes goes alone, and so does one after it.
+        // A row larger than a statement's bytes goes alone, and after a smaller row starts the next statement.
         let large = AUDIT_STATEMENT_BYTES + 1;
         assert_eq!(statement_rows(&[large, 1], size), (1, large));
         assert_eq!(statement_rows(&[1, large], size), (1, 1));
