@@ -17,7 +17,7 @@ pub(in crate::store) const AUDIT_SEGMENT_SPAN: i64 = 60_000_000;
 
 /// The most audit rows (agents' segments, 10 values each, or stream rows, 11) one `insert` statement
 /// carries: far below both backends' bound parameters (SQLite's 32,766).
-pub(in crate::store) const AUDIT_SEGMENTS_PER_INSERT: usize = 1_000;
+pub(in crate::store) const AUDIT_ROWS_PER_INSERT: usize = 1_000;
 
 /// The bytes of text values one audit `insert` statement carries, unless its first row alone has more. A
 /// batch of records spread over many agents makes rows of several MiB together; sent as one statement,
@@ -34,18 +34,18 @@ pub(in crate::store) const AUDIT_VALUES_PER_ROW: usize = 11;
 pub(in crate::store) const AUDIT_ROW_ENCODING_BYTES: usize = AUDIT_VALUES_PER_ROW * 4 + 6 * 8;
 
 /// How many of `rows` the next audit `insert` statement carries, and their text's bytes: at least one, at
-/// most [`AUDIT_SEGMENTS_PER_INSERT`], and no more than [`AUDIT_STATEMENT_BYTES`] unless the first row
+/// most [`AUDIT_ROWS_PER_INSERT`], and no more than [`AUDIT_STATEMENT_BYTES`] unless the first row
 /// alone has more.
 pub(in crate::store) fn statement_rows<T>(rows: &[T], bytes: impl Fn(&T) -> usize) -> (usize, usize) {
     let mut total = 0;
-    for (count, row) in rows.iter().take(AUDIT_SEGMENTS_PER_INSERT).enumerate() {
+    for (count, row) in rows.iter().take(AUDIT_ROWS_PER_INSERT).enumerate() {
         let size = bytes(row);
         if count > 0 && total + size > AUDIT_STATEMENT_BYTES {
             return (count, total);
         }
         total += size;
     }
-    (rows.len().min(AUDIT_SEGMENTS_PER_INSERT), total)
+    (rows.len().min(AUDIT_ROWS_PER_INSERT), total)
 }
 
 /// Where one audit segment lies in an agent's records: a run of at most [`AUDIT_SEGMENT_RECORDS`] records
@@ -158,8 +158,8 @@ mod tests {
 
     #[test]
     fn a_statement_takes_at_most_its_rows() {
-        let rows = vec![0_usize; AUDIT_SEGMENTS_PER_INSERT + 5];
-        assert_eq!(statement_rows(&rows, |row| *row), (AUDIT_SEGMENTS_PER_INSERT, 0));
-        assert_eq!(statement_rows(&rows[AUDIT_SEGMENTS_PER_INSERT..], |row| *row), (5, 0));
+        let rows = vec![0_usize; AUDIT_ROWS_PER_INSERT + 5];
+        assert_eq!(statement_rows(&rows, |row| *row), (AUDIT_ROWS_PER_INSERT, 0));
+        assert_eq!(statement_rows(&rows[AUDIT_ROWS_PER_INSERT..], |row| *row), (5, 0));
     }
 }
