@@ -186,7 +186,7 @@ impl AuditWriter {
     fn start_with(store: Arc<dyn Store>, config: &AuditConfig, max_stream_agents: usize) -> (AuditWriter, AuditTask) {
         let stats = Arc::new(AuditStats::default());
         let batch_size = config.batch_size.max(1);
-        let queue_capacity = config.queue_capacity.max(1);
+        let queue_capacity = config.queue_records().max(1);
         let bell = Arc::new(Doorbell::new(batch_size.min(queue_capacity.div_ceil(2))));
         let (stop_tx, stop_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();

@@ -150,8 +150,12 @@ async fn records_of_one_agent_make_a_batch_from_200_a_row_and_spread_ones_wait_f
 #[tokio::test]
 async fn a_half_full_queue_rings_when_a_batch_is_larger_than_the_queue() {
     let (store, _file) = temp_store().await;
-    let config =
-        AuditConfig { queue_capacity: 8, batch_size: 100, flush_interval_ms: 3_600_000, ..AuditConfig::default() };
+    let config = AuditConfig {
+        queue_capacity: Some(8),
+        batch_size: 100,
+        flush_interval_ms: 3_600_000,
+        ..AuditConfig::default()
+    };
     let (writer, task, stats) = started(&store, &config).await;
     record_each(&writer, 0..4);
     until("the half-full queue written", || stats.written.load(Ordering::Relaxed) == 4).await;
@@ -163,8 +167,12 @@ async fn a_half_full_queue_rings_when_a_batch_is_larger_than_the_queue() {
 async fn a_full_queue_drops_and_counts_and_stop_writes_the_rest() {
     let (store, _file) = temp_store().await;
     // A long interval and a large batch: nothing is written until the writer stops.
-    let config =
-        AuditConfig { queue_capacity: 4, batch_size: 100, flush_interval_ms: 3_600_000, ..AuditConfig::default() };
+    let config = AuditConfig {
+        queue_capacity: Some(4),
+        batch_size: 100,
+        flush_interval_ms: 3_600_000,
+        ..AuditConfig::default()
+    };
     let (writer, task) = AuditWriter::start(store.clone(), &config);
     tokio::task::yield_now().await;
     record_each(&writer, 0..10);

@@ -107,6 +107,8 @@ fn quotas_and_audit_settings_are_checked() {
     assert_refused(&config, "limits.max_uri_bytes", "a zero URI limit");
     let config = changed(|config| config.audit.batch_size = 0);
     assert_refused(&config, "audit.batch_size", "an empty batch is refused");
+    let config = changed(|config| config.audit.queue_capacity = Some(0));
+    assert_refused(&config, "audit.queue_capacity", "an empty audit queue is refused");
     let config = changed(|config| {
         config.audit.agent_retention_days.insert("bot".to_owned(), 0);
     });
@@ -164,6 +166,30 @@ fn rate_limits_come_from_the_environment() {
         assert_eq!(config.rate_limits.trusted_proxies.len(), 2);
         jail.set_env("HIVEGATE_RATE_LIMITS__TRUSTED_PROXIES", r#"["not a network"]"#);
         load_refused("a malformed network is refused", "trusted_proxies", true);
+        Ok(())
+    });
+}
+
+#[test]
+fn the_audit_queue_is_a_share_of_memory_unless_set() {
+    use super::audit::{MAX_DEFAULT_QUEUE_RECORDS, MIN_DEFAULT_QUEUE_RECORDS, default_queue_records};
+    const GIB: u64 = 1 << 30;
+    assert_eq!(default_queue_records(None), MIN_DEFAULT_QUEUE_RECORDS, "memory unknown: the least");
+    assert_eq!(default_queue_records(Some(GIB)), MIN_DEFAULT_QUEUE_RECORDS, "a small container: the least");
+    assert_eq!(default_queue_records(Some(8 * GIB)), 285_569, "a sixty-fourth of 8 GiB in records of 470 bytes");
+    assert_eq!(default_queue_records(Some(24 * GIB)), 856_708);
+    assert_eq!(default_queue_records(Some(1 << 40)), MAX_DEFAULT_QUEUE_RECORDS, "a large machine: the most");
+    assert_eq!(default_queue_records(Some(u64::MAX)), MAX_DEFAULT_QUEUE_RECORDS);
+    in_jail(&[], |jail| {
+        let config = load()?;
+        assert_eq!(config.audit.queue_capacity, None, "unset, the capacity is a share of memory");
+        let memory = crate::registry::cache::process_memory();
+        assert_eq!(config.audit.queue_records(), default_queue_records(memory));
+        jail.set_env("HIVEGATE_AUDIT__QUEUE_CAPACITY", "1000");
+        let config = load()?;
+        assert_eq!((config.audit.queue_capacity, config.audit.queue_records()), (Some(1000), 1000));
+        jail.set_env("HIVEGATE_AUDIT__QUEUE_CAPACITY", "0");
+        load_refused("an empty audit queue is refused", "audit.queue_capacity", false);
         Ok(())
     });
 }

@@ -93,7 +93,7 @@ impl Config {
         }
         // Times become `Duration`s and microsecond offsets: the bounded ones are kept far from overflowing.
         let ranges: [(&'static str, u64, u64); 40] = [
-            setting!(config.audit.queue_capacity),
+            (key!(audit.queue_capacity), config.audit.queue_records() as u64, u64::MAX),
             setting!(config.audit.batch_size),
             setting!(config.audit.flush_interval_ms),
             setting!(config.database.max_connections),

@@ -54,13 +54,19 @@ const ENTRY_OVERHEAD: usize = 160;
 /// served from memory while every agent's first list page and the contents read fit (bench/README.md has
 /// the sizing rule); the rest of the memory is left to connections, streams and the allocator.
 pub fn default_max_bytes() -> u64 {
-    let limit =
-        [memory_limit("/sys/fs/cgroup/memory.max"), memory_limit("/sys/fs/cgroup/memory/memory.limit_in_bytes")]
-            .into_iter()
-            .flatten()
-            .chain(machine_memory())
-            .min();
-    limit.map_or(MIN_DEFAULT_MAX_BYTES, |bytes| (bytes / 8).clamp(MIN_DEFAULT_MAX_BYTES, MAX_DEFAULT_MAX_BYTES))
+    process_memory()
+        .map_or(MIN_DEFAULT_MAX_BYTES, |bytes| (bytes / 8).clamp(MIN_DEFAULT_MAX_BYTES, MAX_DEFAULT_MAX_BYTES))
+}
+
+/// The memory this process may use, in bytes: its cgroup's memory limit when it runs under one (a container's
+/// `memory.max`, v2 or v1), else the machine's memory; `None` when neither can be read. The defaults that are
+/// a share of memory (the cache's budget, the audit queue) take their share of this.
+pub fn process_memory() -> Option<u64> {
+    [memory_limit("/sys/fs/cgroup/memory.max"), memory_limit("/sys/fs/cgroup/memory/memory.limit_in_bytes")]
+        .into_iter()
+        .flatten()
+        .chain(machine_memory())
+        .min()
 }
 
 /// A cgroup memory limit file's value in bytes; `None` when there is no such file or no limit ("max", or

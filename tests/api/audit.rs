@@ -483,7 +483,7 @@ async fn audit_pages(backend: Backend) {
 /// requests are served again and every served request was audited.
 async fn a_full_queue_refuses_requests_with_reject(backend: Backend) {
     let app = spawn_app_with(backend, |config| {
-        config.audit.queue_capacity = 1;
+        config.audit.queue_capacity = Some(1);
         config.audit.batch_size = 1;
         config.audit.on_overload = hivegate::config::OnOverload::Reject;
     })
