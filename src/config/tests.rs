@@ -109,6 +109,9 @@ fn quotas_and_audit_settings_are_checked() {
     assert_refused(&config, "audit.batch_size", "an empty batch is refused");
     let config = changed(|config| config.audit.queue_capacity = Some(0));
     assert_refused(&config, "audit.queue_capacity", "an empty audit queue is refused");
+    let config = changed(|config| config.audit.queue_capacity = Some(usize::MAX));
+    assert_refused(&config, "audit.queue_capacity", "a queue no channel can hold is refused");
+    changed(|config| config.audit.queue_capacity = Some(1 << 24)).validate().expect("the largest queue");
     let config = changed(|config| {
         config.audit.agent_retention_days.insert("bot".to_owned(), 0);
     });

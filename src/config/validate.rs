@@ -51,6 +51,9 @@ macro_rules! setting {
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
 /// A year in seconds.
 const YEAR_SECS: u64 = 365 * 24 * 60 * 60;
+/// The most records `audit.queue_capacity` may name (about 8 GB of typical records): a bounded channel
+/// cannot hold any number, and a larger value would stop the server at start-up rather than be refused.
+const MAX_QUEUE_RECORDS: u64 = 1 << 24;
 /// Ten minutes in milliseconds.
 const TEN_MINUTES_MS: u64 = 10 * 60 * 1000;
 
@@ -93,7 +96,7 @@ impl Config {
         }
         // Times become `Duration`s and microsecond offsets: the bounded ones are kept far from overflowing.
         let ranges: [(&'static str, u64, u64); 40] = [
-            (key!(audit.queue_capacity), config.audit.queue_records() as u64, u64::MAX),
+            (key!(audit.queue_capacity), config.audit.queue_records() as u64, MAX_QUEUE_RECORDS),
             setting!(config.audit.batch_size),
             setting!(config.audit.flush_interval_ms),
             setting!(config.database.max_connections),
