@@ -39,29 +39,28 @@ fn hash_digits(prev: &str, fields: &[u8]) -> [u8; 64] {
 }
 
 /// Hex digits as text (they are ASCII).
-fn hex_text(digits: &[u8; 64]) -> &str {
+pub fn hex_text(digits: &[u8; 64]) -> &str {
     std::str::from_utf8(digits).unwrap_or_default()
 }
 
-/// Appends `record`, at position `seq` after the record whose hash `hash` holds, to `out` as the store
-/// keeps it: its hashed fields as `chain_fields` writes them (the queued ones with the position put in)
-/// with its hash as one more element, so that the bytes are written once for both. `hash` then holds the
-/// record's own hash, written over the previous one in place: the writer chains every MCP request's record,
-/// and a string a record was an allocation each.
-pub fn append_stored_record(out: &mut Vec<u8>, hash: &mut String, record: &QueuedRecord, seq: i64) {
+/// Appends `record`, at position `seq` after the record whose hash is `prev`, to `out` as the store keeps
+/// it: its hashed fields as `chain_fields` writes them (the queued ones with the position put in) with its
+/// hash as one more element, so that the bytes are written once for both. Returns the record's own hash
+/// ([`hex_text`] reads it), which the caller keeps where it likes: the writer chains every MCP request's
+/// record, and a string a record was an allocation each.
+pub fn append_stored_record(out: &mut Vec<u8>, prev: &str, record: &QueuedRecord, seq: i64) -> [u8; 64] {
     let start = out.len();
     let (before, after) = record.fields.split_at(record.seq_at);
     out.extend_from_slice(before);
     out.push(b',');
     out.extend_from_slice(itoa::Buffer::new().format(seq).as_bytes());
     out.extend_from_slice(after);
-    let digits = hash_digits(hash, &out[start..]);
+    let digits = hash_digits(prev, &out[start..]);
     out.pop();
     out.extend_from_slice(b",\"");
     out.extend_from_slice(&digits);
     out.extend_from_slice(b"\"]");
-    hash.clear();
-    hash.push_str(hex_text(&digits));
+    digits
 }
 
 /// A record on its way to a writer stream: its hashed fields already written as [`chain_fields`] writes
@@ -419,8 +418,7 @@ mod tests {
         let mut record = record("01a20c22-2e86-739b-9cc0-9c4622ff8836");
         record.user_agent = Some("quote \" and \\ and \u{1}".into());
         let mut out = b"[".to_vec();
-        let mut hash = "prev".to_owned();
-        append_stored_record(&mut out, &mut hash, &QueuedRecord::from(&record), 7);
+        let hash = hex_text(&append_stored_record(&mut out, "prev", &QueuedRecord::from(&record), 7)).to_owned();
         assert_eq!(hash, chain_hash("prev", &record, 7));
         let fields = chain_fields(&record, 7);
         let expected = format!("[{},\"{hash}\"]", String::from_utf8_lossy(&fields[..fields.len() - 1]));

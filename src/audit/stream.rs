@@ -24,7 +24,7 @@ use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
 
-use super::chain::{QueuedRecord, append_stored_record};
+use super::chain::{QueuedRecord, append_stored_record, hex_text};
 use crate::domain::model::{AuditRecord, AuditText};
 
 /// Agents' records of a batch are stored in this many buckets at most (by a hash of the agent id): a
@@ -52,11 +52,25 @@ pub fn heads_pattern(agent: &str) -> String {
     format!("%[\"{}\",%", agent.replace('\\', "\\\\").replace('_', "\\_").replace('%', "\\%"))
 }
 
-/// Where an agent's chain in a stream stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A chain's newest hash: 64 hex digits, or the stream's id (36 characters) before the agent's first record.
+/// Held inline, so that a head is copied without an allocation: a batch spread over many agents moves a head
+/// for each of them, thousands a batch.
+type HeadHash = arrayvec::ArrayString<64>;
+
+/// Where an agent's chain in a stream stands, and the agent's bucket ([`bucket_of`], worked out once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Head {
     seq: i64,
-    hash: String,
+    hash: HeadHash,
+    bucket: i32,
+}
+
+/// An agent's part of a batch being chained: where its chain stands and how many of the batch's records are
+/// its own.
+struct Part {
+    agent: AuditText,
+    head: Head,
+    records: usize,
 }
 
 /// One agent's part of a row: the position and hash before its first record there, and of its last.
@@ -68,6 +82,10 @@ impl RowHead {
         &self.0
     }
 }
+
+/// A [`RowHead`] as the writer makes it, its fields inline: it is written as the same JSON array.
+#[derive(serde::Serialize)]
+struct RowHeadOut(AuditText, i64, HeadHash, i64, HeadHash);
 
 /// The hash of a stream's row at `seq` after the row whose hash is `prev`: `hex(SHA-256(prev "\n" seq "\n"
 /// heads))`.
@@ -153,46 +171,52 @@ impl AuditStream {
     /// rows, each record with its position and hash. The stream itself moves on
     /// only by [`Self::commit`], once stored.
     pub fn chain(&self, records: &mut [QueuedRecord]) -> ChainedBatch {
-        let buckets = sort_by_bucket(records);
-        let mut batch =
-            ChainedBatch { rows: Vec::new(), heads: Vec::new(), last_seq: self.seq, last_hash: self.hash.clone() };
-        // The agent being chained: sorted, each agent's records come in one run (over one or more rows).
-        let mut current: Option<(AuditText, Head)> = None;
+        let parts = self.group(records);
+        let buckets: Vec<i32> =
+            parts.iter().flat_map(|part| std::iter::repeat_n(part.head.bucket, part.records)).collect();
+        let mut batch = ChainedBatch {
+            rows: Vec::new(),
+            heads: Vec::with_capacity(parts.len()),
+            last_seq: self.seq,
+            last_hash: self.hash.clone(),
+        };
+        // The agent being chained and how many of its records are still to come: they come in one run (over
+        // one or more rows), the parts in the records' order.
+        let mut parts = parts.into_iter();
+        let mut current: Option<Part> = None;
+        let mut left = 0;
         let mut start = 0;
         while start < records.len() {
             let end = row_end(records, &buckets, start);
             let mut out = Vec::with_capacity((end - start) * 448 + 2);
             out.push(b'[');
-            let mut heads: Vec<RowHead> = Vec::new();
+            let mut heads: Vec<RowHeadOut> = Vec::new();
             let (mut first_at, mut last_at) = (i64::MAX, i64::MIN);
             for record in &records[start..end] {
                 let at = record.occurred_at();
                 (first_at, last_at) = (first_at.min(at), last_at.max(at));
-                let is_next_agent = current.as_ref().is_none_or(|(agent, _)| agent != record.agent_id());
-                if is_next_agent {
-                    if let Some((agent, head)) = current.take() {
-                        close(&mut heads, &head);
-                        batch.heads.push((agent, head));
+                if left == 0 {
+                    if let Some(done) = current.take() {
+                        close(&mut heads, &done.head);
+                        batch.heads.push((done.agent, done.head));
                     }
-                    let head = self
-                        .heads
-                        .get(record.agent_id())
-                        .cloned()
-                        .unwrap_or_else(|| Head { seq: 0, hash: self.id.clone() });
-                    current = Some((record.agent_id().clone(), head));
+                    current = parts.next();
+                    left = current.as_ref().map_or(0, |part| part.records);
                 }
-                let Some((agent, head)) = current.as_mut() else { continue };
-                if heads.last().is_none_or(|last| last.0 != agent.as_str()) {
-                    heads.push(RowHead(agent.to_string(), head.seq, head.hash.clone(), 0, String::new()));
+                let Some(part) = current.as_mut() else { continue };
+                left -= 1;
+                if heads.last().is_none_or(|last| last.0 != part.agent) {
+                    heads.push(RowHeadOut(part.agent.clone(), part.head.seq, part.head.hash, 0, HeadHash::new()));
                 }
                 if out.len() > 1 {
                     out.push(b',');
                 }
-                head.seq += 1;
-                append_stored_record(&mut out, &mut head.hash, record, head.seq);
+                part.head.seq += 1;
+                let digits = append_stored_record(&mut out, &part.head.hash, record, part.head.seq);
+                part.head.hash = HeadHash::from(hex_text(&digits)).unwrap_or_default();
             }
-            if let Some((_, head)) = &current {
-                close(&mut heads, head);
+            if let Some(part) = &current {
+                close(&mut heads, &part.head);
             }
             out.push(b']');
             // Every piece written is valid UTF-8 (strings copied or escaped whole, ASCII punctuation).
@@ -214,10 +238,73 @@ impl AuditStream {
             batch.last_seq = seq;
             start = end;
         }
-        if let Some((agent, head)) = current {
-            batch.heads.push((agent, head));
+        if let Some(part) = current {
+            batch.heads.push((part.agent, part.head));
         }
         batch
+    }
+
+    /// Orders `records` by bucket and agent, stably (each agent's keep their order), and returns the agents'
+    /// parts in that order. The agents are sorted, not the records: a batch spread over many agents has a
+    /// few records each, and each agent's head is looked up once.
+    fn group(&self, records: &mut [QueuedRecord]) -> Vec<Part> {
+        let mut parts: Vec<Part> = Vec::new();
+        let mut part_of: Vec<usize> = Vec::with_capacity(records.len());
+        {
+            let mut index: HashMap<&str, usize, foldhash::fast::RandomState> = HashMap::default();
+            let mut last: Option<(&str, usize)> = None;
+            for record in records.iter() {
+                let agent = record.agent_id().as_str();
+                let part = match last {
+                    Some((previous, part)) if previous == agent => part,
+                    _ => *index.entry(agent).or_insert_with(|| {
+                        parts.push(self.part(record.agent_id()));
+                        parts.len() - 1
+                    }),
+                };
+                last = Some((agent, part));
+                parts[part].records += 1;
+                part_of.push(part);
+            }
+        }
+        let mut order: Vec<usize> = (0..parts.len()).collect();
+        order.sort_unstable_by(|&a, &b| {
+            let (a, b) = (&parts[a], &parts[b]);
+            (a.head.bucket, &a.agent).cmp(&(b.head.bucket, &b.agent))
+        });
+        // Where each part's next record goes, then where each record goes.
+        let mut next = vec![0; parts.len()];
+        let mut at = 0;
+        for &part in &order {
+            next[part] = at;
+            at += parts[part].records;
+        }
+        let targets: Vec<usize> = part_of
+            .iter()
+            .map(|&part| {
+                next[part] += 1;
+                next[part] - 1
+            })
+            .collect();
+        // Records of one agent, or already in order, stay where they are.
+        if targets.iter().enumerate().any(|(at, target)| at != *target) {
+            let mut taken: Vec<QueuedRecord> = records.iter_mut().map(std::mem::take).collect();
+            for (record, target) in taken.iter_mut().zip(targets) {
+                records[target] = std::mem::take(record);
+            }
+        }
+        let mut parts: Vec<Option<Part>> = parts.into_iter().map(Some).collect();
+        order.into_iter().filter_map(|part| parts[part].take()).collect()
+    }
+
+    /// `agent`'s part of a batch, its chain where the stream has it (or at the start).
+    fn part(&self, agent: &AuditText) -> Part {
+        let head = self.heads.get(agent).copied().unwrap_or_else(|| Head {
+            seq: 0,
+            hash: HeadHash::from(&self.id).unwrap_or_default(),
+            bucket: bucket_of(agent),
+        });
+        Part { agent: agent.clone(), head, records: 0 }
     }
 
     /// The batch was stored: the stream moves on to where it ends.
@@ -232,39 +319,10 @@ impl AuditStream {
 }
 
 /// Sets the end of the row's newest head (the agent being chained) to where its chain stands.
-fn close(heads: &mut [RowHead], head: &Head) {
+fn close(heads: &mut [RowHeadOut], head: &Head) {
     if let Some(last) = heads.last_mut() {
-        (last.3, last.4) = (head.seq, head.hash.clone());
+        (last.3, last.4) = (head.seq, head.hash);
     }
-}
-
-/// Sorts `records` by bucket and agent, stably (each agent's keep their order); returns each one's bucket.
-fn sort_by_bucket(records: &mut [QueuedRecord]) -> Vec<i32> {
-    let mut keyed: Vec<(i32, usize)> = Vec::with_capacity(records.len());
-    let mut buckets: HashMap<&str, i32, foldhash::fast::RandomState> = HashMap::default();
-    let mut last: Option<(&str, i32)> = None;
-    for (index, record) in records.iter().enumerate() {
-        let agent = record.agent_id().as_str();
-        let bucket = match last {
-            Some((previous, bucket)) if previous == agent => bucket,
-            _ => *buckets.entry(agent).or_insert_with(|| bucket_of(agent)),
-        };
-        last = Some((agent, bucket));
-        keyed.push((bucket, index));
-    }
-    keyed.sort_by(|a, b| (a.0, records[a.1].agent_id()).cmp(&(b.0, records[b.1].agent_id())));
-    let buckets = keyed.iter().map(|(bucket, _)| *bucket).collect();
-    // Records of one agent, or already in order, stay where they are.
-    if keyed.iter().enumerate().any(|(at, (_, index))| at != *index) {
-        let mut taken: Vec<Option<QueuedRecord>> =
-            records.iter_mut().map(|record| Some(std::mem::take(record))).collect();
-        for (slot, (_, index)) in records.iter_mut().zip(keyed) {
-            if let Some(record) = taken[index].take() {
-                *slot = record;
-            }
-        }
-    }
-    buckets
 }
 
 /// Where the row starting at `start` ends: at the next bucket, after [`ROW_RECORDS`] records, or before a

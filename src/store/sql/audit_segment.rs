@@ -116,7 +116,9 @@ pub(in crate::store) fn chain_audit_segments<'a>(
             }
             record.chain_seq = Some(seq);
             let queued = crate::audit::chain::QueuedRecord::from(&*record);
-            crate::audit::chain::append_stored_record(&mut out, &mut hash, &queued, seq);
+            let digits = crate::audit::chain::append_stored_record(&mut out, &hash, &queued, seq);
+            hash.clear();
+            hash.push_str(crate::audit::chain::hex_text(&digits));
         }
         out.push(b']');
         let records = String::from_utf8(out)
