@@ -195,3 +195,91 @@ fn buckets_are_stable() {
     assert!((0..BUCKETS as i32).contains(&bucket_of("research-bot")));
     assert_eq!(heads_pattern("a_b"), "%[\"a\\_b\",%");
 }
+
+/// The rows a batch makes, worked out the plain way, record by record: sorted stably by bucket and agent,
+/// cut at each bucket and after [`ROW_RECORDS`] records, each record at the next position of its agent's
+/// chain, each row's heads the position and hash where each of its agents' run starts and ends. `chains`
+/// holds each agent's position and hash before the batch (and after it, on return); `row` the stream's
+/// newest row's position and hash. Returns each row's heads, records and hash as stored.
+fn reference_rows(
+    stream_id: &str,
+    chains: &mut HashMap<String, (i64, String)>,
+    row: &mut (i64, String),
+    records: &[AuditRecord],
+) -> Vec<(String, String, String)> {
+    let mut sorted: Vec<&AuditRecord> = records.iter().collect();
+    sorted.sort_by_key(|record| (bucket_of(&record.agent_id), record.agent_id.to_string()));
+    let mut rows = Vec::new();
+    let mut start = 0;
+    while start < sorted.len() {
+        let bucket = bucket_of(&sorted[start].agent_id);
+        let mut end = start;
+        while end < sorted.len() && end - start < ROW_RECORDS && bucket_of(&sorted[end].agent_id) == bucket {
+            end += 1;
+        }
+        let mut heads: Vec<RowHead> = Vec::new();
+        let mut texts: Vec<String> = Vec::new();
+        for record in &sorted[start..end] {
+            let agent = record.agent_id.to_string();
+            let (seq, hash) = chains.entry(agent.clone()).or_insert_with(|| (0, stream_id.to_owned()));
+            if heads.last().is_none_or(|head| head.0 != agent) {
+                heads.push(RowHead(agent.clone(), *seq, hash.clone(), 0, String::new()));
+            }
+            *seq += 1;
+            let mut out = Vec::new();
+            let digits = append_stored_record(&mut out, hash, &QueuedRecord::from(*record), *seq);
+            *hash = hex_text(&digits).to_owned();
+            texts.push(String::from_utf8(out).expect("UTF-8"));
+            if let Some(last) = heads.last_mut() {
+                (last.3, last.4) = (*seq, hash.clone());
+            }
+        }
+        let heads = serde_json::to_string(&heads).expect("heads");
+        row.0 += 1;
+        row.1 = row_hash(&row.1, row.0, &heads);
+        rows.push((heads, format!("[{}]", texts.join(",")), row.1.clone()));
+        start = end;
+    }
+    rows
+}
+
+/// Each row holds exactly what the plain reference above makes, byte for byte, over two batches (the
+/// second continues chains the first began): agents interleaved, two of them sharing a bucket, the first of
+/// which has a run longer than a row that goes on into the next, where the second follows it; an agent
+/// whose id is too long to be held inline.
+#[test]
+fn a_batch_is_stored_as_its_records_in_order_byte_for_byte() {
+    let long = "an-agent-whose-id-is-longer-than-twenty-four-bytes";
+    let first = bucket_of("agent-big");
+    // Sorted after the big agent, in its bucket: it follows the big agent's run in the row that run goes on in.
+    let same = (0..).map(|n| format!("agent-x{n}")).find(|agent| bucket_of(agent) == first).expect("an agent");
+    let other = (0..).map(|n| format!("agent-{n}")).find(|agent| bucket_of(agent) != first).expect("an agent");
+    let batch = |from: usize, count: usize| -> Vec<AuditRecord> {
+        (from..from + count)
+            .map(|n| {
+                let agent = match n % 97 {
+                    5 => same.as_str(),
+                    11 | 40 => other.as_str(),
+                    63 => long,
+                    _ => "agent-big",
+                };
+                record(agent, n)
+            })
+            .collect()
+    };
+    let mut stream = AuditStream::new();
+    let mut chains = HashMap::new();
+    let mut row = (0, String::new());
+    for records in [batch(0, 1_300), batch(1_300, 400)] {
+        let expected = reference_rows(stream.id(), &mut chains, &mut row, &records);
+        let mut queued: Vec<QueuedRecord> = records.iter().map(QueuedRecord::from).collect();
+        let chained = stream.chain(&mut queued);
+        let stored: Vec<(String, String, String)> =
+            chained.rows.iter().map(|row| (row.heads.clone(), row.records.clone(), row.hash.clone())).collect();
+        assert_eq!(stored, expected);
+        stream.commit(chained);
+    }
+    // The big agent's run in the first batch filled a row and went on into the next.
+    assert!(chains["agent-big"].0 > ROW_RECORDS as i64);
+    assert_eq!((stream.seq, stream.hash.as_str()), (row.0, row.1.as_str()));
+}
