@@ -448,7 +448,7 @@ impl Collector for Levels {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
         use std::sync::atomic::Ordering::Relaxed;
         let pool = self.store.pool_usage();
-        let levels: [(&str, &str, Level); 13] = [
+        let levels: [(&str, &str, Level); 15] = [
             (
                 "streams_open",
                 "SSE streams open on this replica (legacy GET and subscriptions/listen)",
@@ -458,6 +458,16 @@ impl Collector for Levels {
                 "cache_bytes",
                 "Estimated bytes held by the registry cache",
                 Level::Gauge(to_i64(self.registry.bytes() as u64)),
+            ),
+            (
+                "cache_max_bytes",
+                "The registry cache's budget in bytes (cache.max_bytes, or its default sized by memory)",
+                Level::Gauge(to_i64(self.registry.max_bytes() as u64)),
+            ),
+            (
+                "audit_queue_capacity",
+                "MCP audit records the queue holds at most (audit.queue_capacity, or its default sized by memory)",
+                Level::Gauge(to_i64(self.audit.capacity.load(Relaxed))),
             ),
             (
                 "audit_queue_depth",

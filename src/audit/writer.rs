@@ -41,6 +41,9 @@ const MAX_STREAM_AGENTS: usize = 200_000;
 /// Counters of the writer, for metrics and operators.
 #[derive(Debug, Default)]
 pub struct AuditStats {
+    /// Records the queue holds at most (`audit.queue_capacity` or its default); 0 while MCP requests are not
+    /// audited.
+    pub capacity: AtomicU64,
     /// Records accepted into the queue.
     pub queued: AtomicU64,
     /// Records written to the database.
@@ -195,6 +198,7 @@ impl AuditWriter {
             let writer = AuditWriter { sender: None, bell, stats, is_rejecting: false };
             return (writer, AuditTask { stop: Some(stop_tx), done: Some(done_rx) });
         }
+        stats.capacity.store(queue_capacity as u64, Ordering::Relaxed);
         let (sender, receiver) = mpsc::channel(queue_capacity);
         let batcher = Batcher {
             store,

@@ -188,6 +188,11 @@ impl RegistryCache {
         self
     }
 
+    /// The budget in bytes: `cache.max_bytes`, or its default ([`default_max_bytes`]).
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+
     /// The largest content worth keeping.
     pub fn max_content_bytes(&self) -> usize {
         self.max_content_bytes

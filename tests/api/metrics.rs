@@ -53,6 +53,12 @@ async fn metrics_count_known_traffic(backend: Backend) {
     assert!(value(&text, r#"hivegate_cache_lookups_total{result="hit"}"#).is_some_and(|hits| hits >= 2.0), "{text}");
     assert_eq!(value(&text, "hivegate_streams_open"), Some(0.0), "{text}");
     assert!(value(&text, "hivegate_db_pool_max_connections").is_some_and(|max| max >= 1.0), "{text}");
+    // The ceilings in effect, here the defaults sized by this machine's memory, which no configuration shows.
+    let memory = hivegate::registry::cache::process_memory();
+    let capacity = hivegate::config::audit::default_queue_records(memory);
+    assert_eq!(value(&text, "hivegate_audit_queue_capacity"), Some(capacity as f64), "{text}");
+    let budget = hivegate::registry::cache::default_max_bytes();
+    assert_eq!(value(&text, "hivegate_cache_max_bytes"), Some(budget as f64), "{text}");
 
     // A stream: counted while open, and the notification it is sent is counted with its lag.
     let mut stream = listen(&app, "bot", &key, json!(1), json!({"resourcesListChanged": true})).await;
@@ -79,7 +85,14 @@ async fn metrics_count_known_traffic(backend: Backend) {
 /// agents keeps `hivegate_cache_bytes` within it, and every answer is still right (read from the database).
 async fn the_cache_stays_within_its_budget(backend: Backend) {
     const BUDGET: u64 = 64 * 1024;
-    let app = spawn_app_with(backend, |config| config.cache.max_bytes = Some(BUDGET)).await;
+    let app = spawn_app_with(backend, |config| {
+        config.cache.max_bytes = Some(BUDGET);
+        config.audit.queue_capacity = Some(1000);
+    })
+    .await;
+    let text = scrape(&app).await;
+    assert_eq!(value(&text, "hivegate_cache_max_bytes"), Some(BUDGET as f64), "{text}");
+    assert_eq!(value(&text, "hivegate_audit_queue_capacity"), Some(1000.0), "{text}");
     let body = "x".repeat(1000);
     let mut held = Vec::new();
     for agent in 0..12 {
