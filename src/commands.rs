@@ -102,6 +102,12 @@ pub async fn run(cli: Cli) -> ExitCode {
 /// The gateway, until it is stopped.
 async fn serve(config: Config) -> anyhow::Result<()> {
     crate::allocator::start_purger().context("starting the allocator's purge thread")?;
+    // Room for the registry cache's budget twice over (its entries' estimates leave out the allocator's
+    // rounding and the maps' own tables), and 128 MiB for the key cache and the agent rows beside it.
+    let budget = usize::try_from(config.cache.budget()).unwrap_or(usize::MAX);
+    let arena = budget.saturating_mul(2).saturating_add(128 << 20);
+    let huge = crate::allocator::reserve_cache_arena(arena);
+    tracing::debug!(bytes = arena, huge_pages = huge, "cache arena");
     Application::build(config).await?.run_until_stopped().await
 }
 

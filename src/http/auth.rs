@@ -141,15 +141,20 @@ impl KeyCache {
             Some((record, due, link)) => (record, due, link),
             None => {
                 let generation = self.gate.generation();
-                let record = Arc::new(Bucketed::new(fetch().await?.ok_or(KeyError::Unauthenticated)?));
-                // The generation is compared while the entry's shard is locked: a `forget` that began
-                // after the database read has bumped it (and we skip), or it takes the shard lock after
-                // us and its `retain` removes what we insert.
-                if let dashmap::Entry::Vacant(slot) = map.entry(lookup)
-                    && self.gate.may_keep(generation)
-                {
-                    slot.insert(CachedKey { record: record.clone(), touched: Instant::now(), link: None });
-                }
+                let loaded = fetch().await?.ok_or(KeyError::Unauthenticated)?;
+                // Copied into the caches' arena with the entry that keeps it (src/allocator.rs).
+                let record = crate::allocator::in_cache_scope(|| {
+                    let record = Arc::new(Bucketed::new(loaded.clone()));
+                    // The generation is compared while the entry's shard is locked: a `forget` that began
+                    // after the database read has bumped it (and we skip), or it takes the shard lock after
+                    // us and its `retain` removes what we insert.
+                    if let dashmap::Entry::Vacant(slot) = map.entry(lookup)
+                        && self.gate.may_keep(generation)
+                    {
+                        slot.insert(CachedKey { record: record.clone(), touched: Instant::now(), link: None });
+                    }
+                    record
+                });
                 (record, true, None)
             }
         };

@@ -209,20 +209,23 @@ impl RegistryCache {
             return Ok(Some(agent.clone()));
         }
         let generation = self.gate.generation();
-        let Some(agent) = self.store.get_agent(id).await? else {
+        let Some(loaded) = self.store.get_agent(id).await? else {
             return Ok(None);
         };
-        let agent = Arc::new(Bucketed::new(agent));
-        if self.agents.len() >= MAX_AGENT_ROWS {
-            self.agents.clear();
-        }
-        // Compared under the entry's shard lock, so an invalidation cannot slip between check and insert.
-        if let dashmap::Entry::Vacant(slot) = self.agents.entry(id.clone())
-            && self.gate.may_keep(generation)
-        {
-            slot.insert(agent.clone());
-        }
-        Ok(Some(agent))
+        // Copied into the caches' arena with the entry that keeps it (src/allocator.rs).
+        Ok(Some(crate::allocator::in_cache_scope(|| {
+            let agent = Arc::new(Bucketed::new(loaded.clone()));
+            if self.agents.len() >= MAX_AGENT_ROWS {
+                self.agents.clear();
+            }
+            // Compared under the entry's shard lock, so an invalidation cannot slip between check and insert.
+            if let dashmap::Entry::Vacant(slot) = self.agents.entry(id.clone())
+                && self.gate.may_keep(generation)
+            {
+                slot.insert(agent.clone());
+            }
+            agent
+        })))
     }
 
     /// Whether `link` still stands for agent `id`: no agent row invalidated since it was made, its registry
@@ -243,7 +246,9 @@ impl RegistryCache {
     fn registry_of(&self, agent: &AgentId) -> Arc<Registry> {
         // A shared lock on the map's shard for an agent already there, the exclusive one only to add it.
         let known = self.registries.get(agent).map(|registry| Arc::clone(&registry));
-        known.unwrap_or_else(|| self.registries.entry(agent.clone()).or_default().clone())
+        known.unwrap_or_else(|| {
+            crate::allocator::in_cache_scope(|| self.registries.entry(agent.clone()).or_default().clone())
+        })
     }
 
     /// The value under `key` for `agent`, loading it with `load` on a miss.
@@ -280,10 +285,10 @@ impl RegistryCache {
         }
         self.misses.inc();
         let loaded = load().await?;
-        let value = Arc::new(loaded.value);
-        if let Some(bytes) = loaded.bytes {
-            self.insert(agent, &registry, key, value.clone(), bytes);
-        }
+        let Some(bytes) = loaded.bytes else { return Ok(Arc::new(loaded.value)) };
+        // Kept in the caches' arena, as the loaders make what the value holds (src/allocator.rs).
+        let value = crate::allocator::in_cache_scope(|| Arc::new(loaded.value));
+        self.insert(agent, &registry, key, value.clone(), bytes);
         Ok(value)
     }
 
@@ -299,7 +304,8 @@ impl RegistryCache {
         if registry.retired.load(Ordering::Acquire) {
             return;
         }
-        if let Some((_, old)) = inner.entries.insert(key, (value, cost)) {
+        // The map grows in the caches' arena, beside its values (src/allocator.rs).
+        if let Some((_, old)) = crate::allocator::in_cache_scope(|| inner.entries.insert(key, (value, cost))) {
             inner.bytes -= old;
             self.bytes.fetch_sub(old, Ordering::Relaxed);
         }
@@ -324,6 +330,7 @@ impl RegistryCache {
     fn drop_registry(&self, agent: &AgentId) {
         if let Some((_, registry)) = self.registries.remove(agent) {
             self.retire(&registry);
+            crate::allocator::cache_arena_freed();
         }
     }
 

@@ -97,7 +97,14 @@ async fn stored(ctx: &Context<'_>, uri: &str) -> Result<Arc<Stored>, McpError> {
                 .map_err(|error| StoreError::Corrupt(error.to_string()))?;
             let size = content.size();
             let bytes = (size <= max).then(|| item.get().len() + resource.uri.as_str().len() * 2);
-            Ok(Loaded { value: Some(StoredItem { resource, size, item: Arc::from(item) }), bytes })
+            // What is kept, copied into the caches' arena (src/allocator.rs); served once, it is not.
+            let kept = || StoredItem { resource: resource.clone(), size, item: Arc::from(item.clone()) };
+            let value = if bytes.is_some() {
+                crate::allocator::in_cache_scope(kept)
+            } else {
+                StoredItem { resource, size, item: Arc::from(item) }
+            };
+            Ok(Loaded { value: Some(value), bytes })
         }
     };
     let loaded = ctx.registry().get_or_load_linked(ctx.link, &ctx.agent.id, Key::Content(uri.into()), load).await?;

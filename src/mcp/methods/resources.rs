@@ -99,6 +99,8 @@ where
         .get_or_load_linked(ctx.link, &ctx.agent.id, cache_key, || async move {
             let page = load(after).await?;
             let bytes = page.bytes();
+            // Copied into the caches' arena, where it is kept (src/allocator.rs).
+            let page = crate::allocator::in_cache_scope(|| Page { items: page.items.clone(), last: page.last.clone() });
             Ok(Loaded { value: page, bytes: Some(bytes) })
         })
         .await?;
