@@ -97,10 +97,14 @@ async fn stored(ctx: &Context<'_>, uri: &str) -> Result<Arc<Stored>, McpError> {
                 .map_err(|error| StoreError::Corrupt(error.to_string()))?;
             let size = content.size();
             let bytes = (size <= max).then(|| item.get().len() + resource.uri.as_str().len() * 2);
-            // What is kept, copied into the caches' arena (src/allocator.rs); served once, it is not.
-            let kept = || StoredItem { resource: resource.clone(), size, item: Arc::from(item.clone()) };
+            // What is kept, copied into the caches' arena (src/allocator.rs; the item's `Arc` is its copy
+            // there); served once, it is not.
             let value = if bytes.is_some() {
-                crate::allocator::in_cache_scope(kept)
+                crate::allocator::in_cache_scope(|| StoredItem {
+                    resource: resource.clone(),
+                    size,
+                    item: Arc::from(item),
+                })
             } else {
                 StoredItem { resource, size, item: Arc::from(item) }
             };
