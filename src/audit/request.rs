@@ -29,14 +29,13 @@ use serde_json::Value;
 
 use super::chain::{ChainFields, QueuedRecord};
 use crate::domain::model::{Agent, AuditText, KeyRecord};
-use crate::domain::session::SessionToken;
 use crate::domain::time::Timestamp;
 use crate::http::REQUEST_ID;
 use crate::mcp::dispatch::Method;
 use crate::mcp::error::McpError;
 use crate::mcp::jsonrpc::Call;
+use crate::mcp::session::SessionHeader;
 use crate::mcp::transport::Admitted;
-use crate::mcp::types::header as mcp_header;
 use crate::metrics::{Era, McpLabels, McpMethodLabels, Outcome};
 use crate::state::AppState;
 use crate::telemetry::TraceParent;
@@ -66,17 +65,17 @@ pub struct Trail {
 
 impl Trail {
     /// A trail for a request of `admitted` to `method` on `target`.
-    pub(crate) fn new(admitted: &Admitted, headers: &HeaderMap, method: &str, target: &str) -> Self {
-        Self::of(&admitted.agent, &admitted.key, headers, method, target)
+    pub(crate) fn new(admitted: &Admitted, method: &str, target: &str) -> Self {
+        Self::with(&admitted.agent, &admitted.key, &admitted.session, method, target)
     }
 
     /// A trail for a request of `key` to `agent`'s endpoint (the key may belong to another agent: a refusal).
     pub(crate) fn of(agent: &Agent, key: &KeyRecord, headers: &HeaderMap, method: &str, target: &str) -> Self {
-        let session = headers
-            .get(&mcp_header::SESSION_ID)
-            .and_then(|value| value.to_str().ok())
-            .and_then(SessionToken::parse)
-            .map(|token| AuditText::from(token.digest().as_str()));
+        Self::with(agent, key, &SessionHeader::of(headers), method, target)
+    }
+
+    fn with(agent: &Agent, key: &KeyRecord, session: &SessionHeader, method: &str, target: &str) -> Self {
+        let session = session.digest().map(|digest| AuditText::from(digest.as_str()));
         Self {
             agent_id: agent.id.as_str().into(),
             key_id: key.id.as_str().into(),
@@ -117,8 +116,8 @@ impl Trail {
     }
 
     /// The trail of a JSON-RPC call: its method and what it names (URI, prompt name, reference).
-    pub(crate) fn of_call(admitted: &Admitted, headers: &HeaderMap, call: &Call) -> Self {
-        let mut trail = Self::new(admitted, headers, &call.method, target_of(call));
+    pub(crate) fn of_call(admitted: &Admitted, call: &Call) -> Self {
+        let mut trail = Self::new(admitted, &call.method, target_of(call));
         if call.method == "subscriptions/listen"
             && let Some(id) = &call.id
         {

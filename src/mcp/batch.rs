@@ -48,7 +48,7 @@ pub(super) async fn answer(
         Ok(format) => format,
         Err(error) => return whole(error),
     };
-    let session = match state.sessions.resolve(headers, &admitted.agent.id, &admitted.key).await {
+    let session = match state.sessions.resolve(&admitted.session, &admitted.agent.id, &admitted.key).await {
         Ok(session) => session,
         Err(error) => return whole(error),
     };

@@ -28,6 +28,38 @@ const MAX_CACHED: usize = 100_000;
 /// `last_seen_at` is written at most this often per session and replica (less when the idle timeout is short).
 const MAX_TOUCH_INTERVAL: Duration = Duration::from_secs(60);
 
+/// The `Mcp-Session-Id` a request carries, read and digested once when the request is admitted: the session
+/// is found by that digest, and the request's audit record names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionHeader {
+    /// No `Mcp-Session-Id`.
+    Absent,
+    /// A value without a session id's shape: it names no session, and is refused without a lookup.
+    Malformed,
+    /// A well-formed session id, by its digest (the id itself is not kept).
+    Named(SessionDigest),
+}
+
+impl SessionHeader {
+    pub fn of(headers: &HeaderMap) -> Self {
+        match headers.get(&header::SESSION_ID) {
+            None => Self::Absent,
+            Some(value) => match value.to_str().ok().and_then(SessionToken::parse) {
+                Some(token) => Self::Named(token.digest()),
+                None => Self::Malformed,
+            },
+        }
+    }
+
+    /// The digest of a well-formed id.
+    pub fn digest(&self) -> Option<&SessionDigest> {
+        match self {
+            Self::Named(digest) => Some(digest),
+            Self::Absent | Self::Malformed => None,
+        }
+    }
+}
+
 /// The sessions this replica has seen, by digest.
 pub struct Sessions {
     store: Arc<dyn Store>,
@@ -87,24 +119,25 @@ impl Sessions {
         Ok(token)
     }
 
-    /// The session named by the request's `Mcp-Session-Id`, if it carries one. A session that is unknown,
-    /// ended, expired, of another agent or created by another key is [`McpError::UnknownSession`].
+    /// The session named by the request's `Mcp-Session-Id` ([`SessionHeader`]), if it carries one. A session
+    /// that is unknown, ended, expired, of another agent or created by another key, and a malformed id, are
+    /// [`McpError::UnknownSession`].
     pub async fn resolve(
         &self,
-        headers: &HeaderMap,
+        presented: &SessionHeader,
         agent: &AgentId,
         key: &KeyRecord,
     ) -> Result<Option<Arc<Session>>, McpError> {
-        let Some(value) = headers.get(&header::SESSION_ID) else {
-            return Ok(None);
+        let digest = match presented {
+            SessionHeader::Absent => return Ok(None),
+            SessionHeader::Malformed => return Err(McpError::UnknownSession),
+            SessionHeader::Named(digest) => digest,
         };
-        let token = value.to_str().ok().and_then(SessionToken::parse).ok_or(McpError::UnknownSession)?;
-        let digest = token.digest();
         let now = Timestamp::now();
-        let cached = self.entries.get(&digest).map(|entry| entry.clone());
+        let cached = self.entries.get(digest).map(|entry| entry.clone());
         let session = match cached {
             Some(session) if !session.is_expired_at(now, self.idle_micros()) => session,
-            _ => self.load(&digest).await?.ok_or(McpError::UnknownSession)?,
+            _ => self.load(digest).await?.ok_or(McpError::UnknownSession)?,
         };
         if &session.agent_id != agent || session.key_id != key.id {
             return Err(McpError::UnknownSession);

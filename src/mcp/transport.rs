@@ -35,6 +35,7 @@ use super::error::McpError;
 use super::headers::{ReplyFormat, accepts_event_stream, reply_format};
 use super::jsonrpc::{self, Body, Malformed, Message, RequestId};
 use super::origin;
+use super::session::SessionHeader;
 use super::span;
 use super::stream::sse;
 use super::types::header as header_name;
@@ -58,6 +59,8 @@ pub(crate) struct Admitted {
     pub slot: Option<RateLimitSlot>,
     /// The agent's row and registry as found for this request.
     pub link: Option<AgentLink>,
+    /// The request's `Mcp-Session-Id`, digested once for the session's lookup and the audit record.
+    pub session: SessionHeader,
 }
 
 impl Admitted {
@@ -153,7 +156,7 @@ pub async fn endpoint(state: AppState, path_agent: Option<AgentId>, request: Req
 /// body that is not a message and for a request that ends before its message is known.
 pub(super) async fn post(state: &AppState, admitted: Admitted, headers: &HeaderMap, body: HttpBody) -> Response {
     let naming = AgentOnDrop(Some(admitted.agent.id.as_str()));
-    let unparsed = |admitted: &Admitted| Trail::new(admitted, headers, "-", "");
+    let unparsed = |admitted: &Admitted| Trail::new(admitted, "-", "");
     let bytes = match read_body(body, headers, state.config.limits.max_body_bytes).await {
         Ok(bytes) => bytes,
         Err(error) => return unparsed(&admitted).attach(error.into_http(None)),
@@ -180,7 +183,7 @@ pub(super) async fn post(state: &AppState, admitted: Admitted, headers: &HeaderM
                     naming.disarm();
                     span::record_message(admitted.agent.id.as_str(), Method::label(&call.method), era_name);
                     let (span, parent) = span::of_call(call, era_name);
-                    (Trail::of_call(&admitted, headers, call).traced(parent.as_ref()), span)
+                    (Trail::of_call(&admitted, call).traced(parent.as_ref()), span)
                 }
                 Ok(Message::Response) | Err(_) => {
                     drop(naming);
@@ -196,7 +199,7 @@ pub(super) async fn post(state: &AppState, admitted: Admitted, headers: &HeaderM
             // The target of a batch refused as a whole (handled, it is a record per message).
             let methods: Vec<&str> =
                 messages.iter().filter_map(|m| m.as_ref().ok()).filter_map(Message::method).collect();
-            let trail = Trail::new(&admitted, headers, "batch", &methods.join(","));
+            let trail = Trail::new(&admitted, "batch", &methods.join(","));
             // Boxed: batches are rare (2025-03-26 only), and their future would make every request's larger.
             let (response, items) = Box::pin(super::batch::answer(state, admitted, headers, messages)).await;
             trail.with_items(items).attach(response)
@@ -327,7 +330,7 @@ pub(super) async fn admit(
         limited.log_cause();
         return Err(refusal);
     }
-    Ok(Admitted { agent, key, slot: slot.cloned(), link })
+    Ok(Admitted { agent, key, slot: slot.cloned(), link, session: SessionHeader::of(headers) })
 }
 
 /// One token from the key's bucket and from the agent's, which all its keys share ([`crate::guard`]): for
@@ -485,7 +488,7 @@ async fn legacy_session(
     if era.is_modern() {
         return Ok((era, None));
     }
-    let session = state.sessions.resolve(headers, &admitted.agent.id, &admitted.key).await?;
+    let session = state.sessions.resolve(&admitted.session, &admitted.agent.id, &admitted.key).await?;
     let era = match &session {
         Some(session) if !headers.contains_key(&header_name::PROTOCOL_VERSION) => {
             era::of_session(&session.protocol_version).unwrap_or(era)

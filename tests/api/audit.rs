@@ -7,10 +7,12 @@ use crate::helpers::{
     Api, Backend, TempDir, TestApp, eventually, expect_json, expect_problem, list_pages_with, run_hivegate, spawn_app,
     spawn_app_with,
 };
+use crate::live_client::Legacy;
 use crate::mcp_client::{Mcp, agent_with_key};
 
 both!(
     mcp_requests_are_audited,
+    session_requests_are_audited_by_the_sessions_digest,
     nul_in_what_a_client_sends_is_audited,
     the_chain_verifies_and_tampering_is_detected,
     many_agents_in_one_batch_verify_one_by_one,
@@ -35,6 +37,54 @@ pub async fn written(app: &TestApp, agent: &str, method: &str, count: usize) -> 
         (found.len() >= count).then_some(found)
     })
     .await
+}
+
+/// A request naming a legacy session is audited with the hex SHA-256 of the session id it presented (never
+/// the id itself), whether or not the session exists; a value that cannot be a session id, and a request
+/// without one, are audited with none.
+async fn session_requests_are_audited_by_the_sessions_digest(backend: Backend) {
+    use sha2::Digest as _;
+    let digest = |id: &str| hex::encode(sha2::Sha256::digest(id.as_bytes()));
+    let app = spawn_app(backend).await;
+    let key = agent_with_key(&app, "bot").await;
+    app.put_text("bot", "test://a", "hello").await;
+    let client = Legacy::initialize(&app, "bot", &key, "2025-11-25").await;
+    assert_eq!(
+        client.call("resources/read", json!({"uri": "test://a"})).await.result()["contents"][0]["text"],
+        "hello"
+    );
+
+    let unknown = format!("hgs_{}", "a".repeat(43));
+    let malformed = "not-a-session";
+    let mcp = Mcp::new(&app, "bot", &key);
+    for (session, method) in [(unknown.as_str(), "resources/list"), (malformed, "prompts/list")] {
+        let body = json!({"jsonrpc": "2.0", "id": 2, "method": method});
+        let response = mcp
+            .post()
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND, "{method} with session {session:?}");
+    }
+    mcp.legacy("resources/templates/list", json!({})).await.result();
+    let ended = client.request(Method::DELETE).send().await.unwrap();
+    assert_eq!(ended.status(), StatusCode::NO_CONTENT);
+
+    let read = &written(&app, "bot", "resources/read", 1).await[0];
+    assert_eq!(read["sessionId"], digest(&client.session), "{read}");
+    assert_ne!(read["sessionId"], client.session.as_str());
+    let refused = &written(&app, "bot", "resources/list", 1).await[0];
+    assert_eq!(refused["sessionId"], digest(&unknown), "{refused}");
+    assert_eq!(refused["outcome"], "error", "{refused}");
+    let malformed = &written(&app, "bot", "prompts/list", 1).await[0];
+    assert!(malformed.get("sessionId").is_none(), "{malformed}");
+    let sessionless = &written(&app, "bot", "resources/templates/list", 1).await[0];
+    assert!(sessionless.get("sessionId").is_none(), "{sessionless}");
+    let deleted = &written(&app, "bot", "DELETE", 1).await[0];
+    assert_eq!(deleted["sessionId"], digest(&client.session), "{deleted}");
 }
 
 async fn mcp_requests_are_audited(backend: Backend) {

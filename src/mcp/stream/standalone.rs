@@ -33,7 +33,7 @@ const PRIMING_SINCE: &str = "2025-11-25";
 
 /// `GET /{agent_id}/mcp` once admitted ([`crate::mcp::transport::endpoint`]): the session's SSE stream.
 pub(in crate::mcp) async fn get(state: &AppState, admitted: &Admitted, headers: &HeaderMap) -> Response {
-    let trail = Trail::new(admitted, headers, "GET", "");
+    let trail = Trail::new(admitted, "GET", "");
     trail.attach(open(state, admitted, headers).await.unwrap_or_else(|error| error.into_http(None)))
 }
 
@@ -42,8 +42,11 @@ async fn open(state: &AppState, admitted: &Admitted, headers: &HeaderMap) -> Res
     if !accepts_event_stream(headers) {
         return Err(McpError::NotAcceptable);
     }
-    let session =
-        state.sessions.resolve(headers, &admitted.agent.id, &admitted.key).await?.ok_or(McpError::MissingSession)?;
+    let session = state
+        .sessions
+        .resolve(&admitted.session, &admitted.agent.id, &admitted.key)
+        .await?
+        .ok_or(McpError::MissingSession)?;
     let stream_id = uuid::Uuid::new_v4().to_string();
     let kind = StreamKind::Legacy { session: session.digest.clone(), stream: stream_id.clone() };
     let everything = Interest { resources_list: true, prompts_list: true, uris: Default::default() };
@@ -108,14 +111,17 @@ fn check_version(headers: &HeaderMap) -> Result<(), McpError> {
 
 /// `DELETE /{agent_id}/mcp` once admitted: ends the session on every replica (its stream closes); 204.
 pub(in crate::mcp) async fn delete(state: &AppState, admitted: &Admitted, headers: &HeaderMap) -> Response {
-    let trail = Trail::new(admitted, headers, "DELETE", "");
+    let trail = Trail::new(admitted, "DELETE", "");
     trail.attach(end(state, admitted, headers).await.unwrap_or_else(|error| error.into_http(None)))
 }
 
 async fn end(state: &AppState, admitted: &Admitted, headers: &HeaderMap) -> Result<Response, McpError> {
     check_version(headers)?;
-    let session =
-        state.sessions.resolve(headers, &admitted.agent.id, &admitted.key).await?.ok_or(McpError::MissingSession)?;
+    let session = state
+        .sessions
+        .resolve(&admitted.session, &admitted.agent.id, &admitted.key)
+        .await?
+        .ok_or(McpError::MissingSession)?;
     state.sessions.end(&session).await?;
     // Answer once every replica has been sent the ending, like an admin write.
     state.bus.settle(state.store.as_ref()).await;
