@@ -28,13 +28,15 @@ const MAX_CACHED: usize = 100_000;
 /// `last_seen_at` is written at most this often per session and replica (less when the idle timeout is short).
 const MAX_TOUCH_INTERVAL: Duration = Duration::from_secs(60);
 
-/// The `Mcp-Session-Id` a request carries, read and digested once when the request is admitted: the session
-/// is found by that digest, and the request's audit record names it.
+/// The `Mcp-Session-Id` a request carries, read and digested once when the request is admitted: a legacy
+/// request's session is found by that digest, and the request's audit record names it (a modern request is
+/// audited with it too, and looks up nothing).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionHeader {
     /// No `Mcp-Session-Id`.
     Absent,
-    /// A value without a session id's shape: it names no session, and is refused without a lookup.
+    /// A value without a session id's shape: it names no session (a legacy request is refused without a
+    /// lookup) and is audited as none.
     Malformed,
     /// A well-formed session id, by its digest (the id itself is not kept).
     Named(SessionDigest),

@@ -59,7 +59,7 @@ pub(crate) struct Admitted {
     pub slot: Option<RateLimitSlot>,
     /// The agent's row and registry as found for this request.
     pub link: Option<AgentLink>,
-    /// The request's `Mcp-Session-Id`, digested once for the session's lookup and the audit record.
+    /// The request's `Mcp-Session-Id`, digested once for a legacy session's lookup and the audit record.
     pub session: SessionHeader,
 }
 

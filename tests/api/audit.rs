@@ -40,8 +40,8 @@ pub async fn written(app: &TestApp, agent: &str, method: &str, count: usize) -> 
 }
 
 /// A request naming a legacy session is audited with the hex SHA-256 of the session id it presented (never
-/// the id itself), whether or not the session exists; a value that cannot be a session id, and a request
-/// without one, are audited with none.
+/// the id itself), whether or not the session exists and when another agent's key is refused with it; a value
+/// that cannot be a session id, and a request without one, are audited with none.
 async fn session_requests_are_audited_by_the_sessions_digest(backend: Backend) {
     use sha2::Digest as _;
     let digest = |id: &str| hex::encode(sha2::Sha256::digest(id.as_bytes()));
@@ -70,6 +70,11 @@ async fn session_requests_are_audited_by_the_sessions_digest(backend: Backend) {
         assert_eq!(response.status(), StatusCode::NOT_FOUND, "{method} with session {session:?}");
     }
     mcp.legacy("resources/templates/list", json!({})).await.result();
+    // Refused before it is admitted (another agent's key): still audited with the digest it presented.
+    let intruder = agent_with_key(&app, "intruder").await;
+    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "ping"});
+    let intruding = Mcp::new(&app, "bot", &intruder).post().header("mcp-session-id", &client.session);
+    assert_eq!(intruding.json(&body).send().await.unwrap().status(), StatusCode::FORBIDDEN);
     let ended = client.request(Method::DELETE).send().await.unwrap();
     assert_eq!(ended.status(), StatusCode::NO_CONTENT);
 
@@ -85,6 +90,9 @@ async fn session_requests_are_audited_by_the_sessions_digest(backend: Backend) {
     assert!(sessionless.get("sessionId").is_none(), "{sessionless}");
     let deleted = &written(&app, "bot", "DELETE", 1).await[0];
     assert_eq!(deleted["sessionId"], digest(&client.session), "{deleted}");
+    let intruded = &written(&app, "bot", "-", 1).await[0];
+    assert_eq!(intruded["target"], "agent:intruder", "{intruded}");
+    assert_eq!(intruded["sessionId"], digest(&client.session), "{intruded}");
 }
 
 async fn mcp_requests_are_audited(backend: Backend) {
