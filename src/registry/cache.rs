@@ -29,12 +29,11 @@ use compact_str::CompactString;
 use crate::FastMap;
 use crate::domain::AgentId;
 use crate::domain::model::Agent;
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use crate::events::{BusHook, BusMessage, CacheGate, Stale};
 use crate::guard::Bucketed;
-use crate::metrics::{CacheResult, ResultLabels};
+use crate::metrics::{CacheResult, ResultLabels, ShardedCounter};
 use crate::store::{Store, StoreResult};
 
 /// The least budget [`default_max_bytes`] gives: a small container's.
@@ -162,8 +161,8 @@ pub struct RegistryCache {
     max_bytes: usize,
     max_content_bytes: usize,
     /// Hits and misses of [`RegistryCache::get_or_load`], resolved from their family once.
-    hits: Counter,
-    misses: Counter,
+    hits: ShardedCounter,
+    misses: ShardedCounter,
 }
 
 impl RegistryCache {
@@ -176,13 +175,13 @@ impl RegistryCache {
             bytes: AtomicUsize::new(0),
             max_bytes,
             max_content_bytes,
-            hits: Counter::default(),
-            misses: Counter::default(),
+            hits: ShardedCounter::default(),
+            misses: ShardedCounter::default(),
         }
     }
 
     /// Counts hits and misses in `lookups` (a family the application exports).
-    pub fn counting_lookups_in(mut self, lookups: Family<ResultLabels, Counter>) -> Self {
+    pub fn counting_lookups_in(mut self, lookups: Family<ResultLabels, ShardedCounter>) -> Self {
         self.hits = lookups.get_or_create_owned(&ResultLabels { result: CacheResult::Hit.as_str() });
         self.misses = lookups.get_or_create_owned(&ResultLabels { result: CacheResult::Miss.as_str() });
         self

@@ -6,7 +6,6 @@
 //! names from the method table (anything else is `other`), never URIs, agents or keys.
 
 use std::fmt;
-use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
@@ -15,17 +14,20 @@ use axum::response::{IntoResponse, Response};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
-use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::FastMap;
 use crate::audit::AuditStats;
 use crate::mcp::stream::hub::Hub;
 use crate::registry::cache::RegistryCache;
 use crate::state::AppState;
 use crate::store::Store;
+
+/// Counters and latency histograms in a shard per thread, and the families of them updated on every request.
+mod shards;
+
+pub use shards::{LatencyHistogram, Resolved, ShardedCounter};
 
 /// The content type of the text exposition format.
 const TEXT_FORMAT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -238,57 +240,6 @@ impl Metrics {
     }
 }
 
-type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
-
-fn latency_histogram() -> Histogram {
-    // 100 µs to ~13 s.
-    Histogram::new(exponential_buckets(0.0001, 2.0, 18))
-}
-
-/// A family of metrics updated on every request: each label set's metric is looked up in the family once and
-/// then kept in a map hashed with foldhash (`Family::get_or_create` hashes the labels with SipHash under the
-/// family's lock on every call). Its label sets are the family's, bounded (route templates, methods, statuses,
-/// MCP methods, eras, outcomes).
-pub struct Resolved<S, M, C = fn() -> M> {
-    family: Family<S, M, C>,
-    metrics: FastMap<S, M>,
-}
-
-impl<S, M, C> Resolved<S, M, C>
-where
-    S: Clone + Hash + Eq,
-    M: Clone,
-    C: MetricConstructor<M>,
-{
-    fn new(family: Family<S, M, C>) -> Self {
-        Self { family, metrics: FastMap::default() }
-    }
-
-    /// The family, as it is registered and exported.
-    pub fn family(&self) -> &Family<S, M, C> {
-        &self.family
-    }
-
-    /// Updates the metric of `labels` (created in the family the first time).
-    pub fn with(&self, labels: &S, update: impl FnOnce(&M)) {
-        if let Some(metric) = self.metrics.get(labels) {
-            update(&metric);
-            return;
-        }
-        let metric = self.family.get_or_create_owned(labels);
-        update(&metric);
-        self.metrics.insert(labels.clone(), metric);
-    }
-}
-
-impl<S: Clone + Hash + Eq> Resolved<S, Counter> {
-    /// The sum of the counters whose labels pass `include`: the console's overview reads the figures
-    /// `/metrics` exports.
-    pub fn total(&self, include: impl Fn(&S) -> bool) -> u64 {
-        self.metrics.iter().filter(|entry| include(entry.key())).map(|entry| entry.value().get()).sum()
-    }
-}
-
 /// What can be registered in a [`Registry`]: a metric, a family, or a [`Resolved`] family.
 trait Register {
     fn register(&self, registry: &mut Registry, name: &str, help: &str);
@@ -308,7 +259,7 @@ where
     Family<S, M, C>: Register,
 {
     fn register(&self, registry: &mut Registry, name: &str, help: &str) {
-        self.family.register(registry, name, help);
+        self.family().register(registry, name, help);
     }
 }
 
@@ -318,7 +269,7 @@ impl Register for Counter {
     }
 }
 
-impl Register for Histogram {
+impl Register for LatencyHistogram {
     fn register(&self, registry: &mut Registry, name: &str, help: &str) {
         registry.register(name, help, self.clone());
     }
@@ -348,17 +299,15 @@ macro_rules! metrics {
 }
 
 metrics! {
-    http_requests: Resolved<HttpLabels, Counter> = Resolved::new(Family::default())
+    http_requests: Resolved<HttpLabels, ShardedCounter> = Resolved::new(Family::default())
         => "http_requests", "HTTP requests answered, by route template, method and status";
-    http_duration: Resolved<HttpRouteLabels, Histogram> =
-        Resolved::new(HistogramFamily::new_with_constructor(latency_histogram))
+    http_duration: Resolved<HttpRouteLabels, LatencyHistogram> = Resolved::new(Family::default())
         => "http_request_duration_seconds", "Time to answer an HTTP request (streams: until the stream starts)";
-    mcp_requests: Resolved<McpLabels, Counter> = Resolved::new(Family::default())
+    mcp_requests: Resolved<McpLabels, ShardedCounter> = Resolved::new(Family::default())
         => "mcp_requests", "MCP requests that passed authentication, by method, era and outcome";
-    mcp_duration: Resolved<McpMethodLabels, Histogram> =
-        Resolved::new(HistogramFamily::new_with_constructor(latency_histogram))
+    mcp_duration: Resolved<McpMethodLabels, LatencyHistogram> = Resolved::new(Family::default())
         => "mcp_request_duration_seconds", "Time to answer an MCP request, by method and era";
-    cache_lookups: Family<ResultLabels, Counter> = Family::default()
+    cache_lookups: Family<ResultLabels, ShardedCounter> = Family::default()
         => "cache_lookups", "Registry cache lookups, by result";
     rate_limited: Family<ScopeLabels, Counter> = Family::default()
         => "rate_limited", "Requests refused by a rate limit, by the limit's scope";
@@ -376,7 +325,7 @@ metrics! {
         => "oauth_tokens",
         "Access tokens presented on the MCP endpoint, by outcome (accepted, invalid, forbidden, unavailable)";
     /// Seconds from a change's commit to its notification being written to a stream.
-    notification_lag: Histogram = latency_histogram()
+    notification_lag: LatencyHistogram = LatencyHistogram::default()
         => "notification_lag_seconds", "Time from a change's commit to its notification on a stream";
     /// Changed TLS certificate files taken (`ok`) or refused (`error`).
     tls_reloads: Family<OutcomeLabels, Counter> = Family::default()
