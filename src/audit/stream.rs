@@ -377,6 +377,10 @@ pub enum StreamError {
     RowMalformed { seq: i64 },
     #[error("the stream ends at row {found}, but its head says {expected}: newer rows were deleted")]
     Truncated { expected: i64, found: i64 },
+    #[error(
+        "row {seq} lies past the stream's head ({head}), which its writer moves with every row it writes: it was added from outside"
+    )]
+    PastHead { head: i64, seq: i64 },
     #[error("agent {agent}, row {seq}: {problem}")]
     Agent { agent: String, seq: i64, problem: String },
 }

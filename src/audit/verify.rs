@@ -88,13 +88,21 @@ pub async fn verify(store: &dyn Store, agent: Option<&str>) -> StoreResult<Repor
                 records: true,
                 agent: agent_id.as_ref(),
             };
-            let rows = store.audit_stream_rows(wanted).await?;
+            let mut rows = store.audit_stream_rows(wanted).await?;
+            let is_full = rows.len() == PAGE as usize;
+            // The stream is verified up to the head read above: a live writer may have stored rows since,
+            // and moved the head with them.
+            let past_head = rows.iter().map(|row| row.seq).filter(|seq| *seq > head.seq).max();
+            rows.retain(|row| row.seq <= head.seq);
             if let Some(problem) = rows.iter().find_map(|row| verifier.check(row).err()) {
                 break Err(problem);
             }
-            match rows.last() {
-                Some(last) if rows.len() == PAGE as usize => after = last.seq,
-                _ => break verifier.finish(),
+            match (past_head, rows.last()) {
+                (None, Some(last)) if is_full => after = last.seq,
+                (None, _) => break verifier.finish(),
+                (Some(seq), _) => {
+                    break past_the_head(store, &stream_id, seq).await?.map_or_else(|| verifier.finish(), Err);
+                }
             }
         };
         match outcome {
@@ -115,4 +123,12 @@ pub async fn verify(store: &dyn Store, agent: Option<&str>) -> StoreResult<Repor
         }
     }
     Ok(report)
+}
+
+/// A row at `seq` lies past the head a stream's verification started from: a problem unless the head, read
+/// again, has reached it (its writer stored it meanwhile).
+async fn past_the_head(store: &dyn Store, stream_id: &str, seq: i64) -> StoreResult<Option<StreamError>> {
+    let heads = store.audit_streams().await?;
+    let head = heads.iter().find(|head| head.stream_id == stream_id).map_or(0, |head| head.seq);
+    Ok((head < seq).then_some(StreamError::PastHead { head, seq }))
 }

@@ -115,6 +115,8 @@ impl Thread {
         let (handle_tx, handle_rx) = std::sync::mpsc::sync_channel(1);
         let (stop, stopped) = oneshot::channel::<()>();
         let started = std::thread::Builder::new().name(format!("hivegate-http-{index}")).spawn(move || {
+            // A shard of the request metrics of its own (src/metrics/shards.rs).
+            crate::metrics::claim_shard(index);
             let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(runtime) => runtime,
                 Err(error) => {

@@ -27,7 +27,7 @@ use crate::store::Store;
 /// Counters and latency histograms in a shard per thread, and the families of them updated on every request.
 mod shards;
 
-pub use shards::{LatencyHistogram, Resolved, ShardedCounter};
+pub use shards::{LatencyHistogram, Resolved, ShardedCounter, claim_shard};
 
 /// The content type of the text exposition format.
 const TEXT_FORMAT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -3,15 +3,22 @@
 //! A metric shared by the threads that serve connections is a cache line they take from each other on every
 //! request: a counter's value, a histogram's lock and buckets, the lock of the map its label set is looked up
 //! in. Each is a transfer between CPUs (about 270 ns one way on a 2-CPU AMD EPYC virtual machine): the five
-//! updates of an MCP request took 200–270 ns with two threads side by side, 80–110 on one
-//! (`bench/metric-shards`, bench/README.md). Here each thread updates a shard of its own (the thread's
-//! index, modulo [`shard_count`]), and a scrape adds the shards up; the label sets are looked up in a map of
-//! the thread's shard too.
+//! updates of an MCP request took 200–270 ns with two threads side by side and 80–110 on one; in shards,
+//! 60–90 ns with two and about the same as before on one (`bench/metric-shards`, bench/README.md). Each
+//! thread updates a shard of its own, and a scrape adds the shards up; the label sets are looked up in a map
+//! of the thread's shard too. The threads serving connections each claim a shard of the lower half
+//! ([`claim_shard`]); any other thread takes one of the upper half as it first updates a metric.
 //!
 //! The exported text is the same as for `prometheus_client`'s `Counter` and `Histogram` of the same
 //! buckets. A histogram's count is the sum of its buckets, so a scrape never sees them disagree; its sum
-//! may lack an observation a bucket already counts, while one is being made.
+//! may differ from them by the observations being made meanwhile.
+//!
+//! Memory: each shard of a metric takes its own cache lines (128 bytes, as `crossbeam_utils::CachePadded`
+//! aligns on x86_64): a counter 128 bytes a shard and a latency histogram 256, for each label set. With 4
+//! shards (2 CPUs) that is 0.5 and 1 KiB, with 64 (32 CPUs or more) 8 and 16 KiB; the label sets are
+//! bounded (route templates, methods, statuses, MCP methods, eras, outcomes), a few dozen on a busy server.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -39,8 +46,9 @@ const LATENCY_BOUNDS: [f64; LATENCY_BUCKETS] = {
 /// A latency histogram's buckets: 18 bounds and the rest.
 const LATENCY_BUCKETS: usize = 19;
 
-/// The shards of each metric: twice the CPUs the process may use, as a power of two (at most 64), so that
-/// the threads serving connections (one per CPU) and the runtime's workers (as many) rarely share one.
+/// The shards of each metric: the power of two at or above twice the CPUs the process may use (at most 64):
+/// the lower half for the threads serving connections (one per CPU by default), the upper half for the rest
+/// (the runtime's workers, as many, and the blocking pool's threads).
 pub fn shard_count() -> usize {
     static COUNT: LazyLock<usize> = LazyLock::new(|| {
         let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
@@ -49,14 +57,30 @@ pub fn shard_count() -> usize {
     *COUNT
 }
 
-/// This thread's shard: threads are numbered as they first update a metric, so that threads started one
-/// after the other (those serving connections) take different shards.
+thread_local! {
+    /// This thread's shard, once it has one.
+    static SHARD: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// Gives the thread serving connections numbered `index` its shard: the `index`th of the lower half (modulo
+/// its size), so that no two of them share one while they are no more than half the shards.
+pub fn claim_shard(index: usize) {
+    SHARD.with(|shard| shard.set(Some(index % (shard_count() / 2))));
+}
+
+/// This thread's shard: the one it claimed, or else one of the upper half, in turn as threads first update
+/// a metric.
 fn shard() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    INDEX.with(|index| *index) & (shard_count() - 1)
+    SHARD.with(|shard| match shard.get() {
+        Some(index) => index,
+        None => {
+            let half = shard_count() / 2;
+            let index = half + NEXT.fetch_add(1, Ordering::Relaxed) % half;
+            shard.set(Some(index));
+            index
+        }
+    })
 }
 
 /// A counter in shards.
@@ -233,7 +257,7 @@ mod tests {
         let (counter, histogram) = (ShardedCounter::default(), LatencyHistogram::default());
         let (plain_counter, plain_histogram) =
             (Counter::<u64>::default(), Histogram::new(exponential_buckets(0.0001, 2.0, 18)));
-        // Powers of two, whose sums are exact in any order; below, on and above buckets' bounds.
+        // Powers of two, whose sums are exact in any order (bounds are tested on their own below).
         let values = [0.0, 0.000_061_035_156_25, 0.000_122_070_312_5, 0.003_906_25, 0.5, 1.0, 16.0, 1024.0];
         std::thread::scope(|scope| {
             for thread in 0..4 {
@@ -259,6 +283,49 @@ mod tests {
         plain.register("requests", "Requests", plain_counter);
         plain.register("duration_seconds", "Durations", plain_histogram);
         assert_eq!(text(&sharded), text(&plain));
+    }
+
+    /// Observations on the buckets' bounds, below the first, infinite and not a number fall in the buckets
+    /// `prometheus_client` puts them in (one thread: the sums add up in the same order).
+    #[test]
+    fn buckets_take_what_prometheus_client_buckets_take() {
+        let histogram = LatencyHistogram::default();
+        let plain = Histogram::new(exponential_buckets(0.0001, 2.0, 18));
+        let values = [-1.0, 0.0, 0.0001, 0.0002, 0.000_200_1, 0.0256, 13.1072, 13.2, f64::INFINITY];
+        for value in values {
+            histogram.observe(value);
+            plain.observe(value);
+        }
+        let mut sharded = Registry::default();
+        sharded.register("duration_seconds", "Durations", histogram.clone());
+        let mut reference = Registry::default();
+        reference.register("duration_seconds", "Durations", plain.clone());
+        assert_eq!(text(&sharded), text(&reference));
+        // Not a number goes in the last bucket (the sums, NaN both, print alike).
+        histogram.observe(f64::NAN);
+        plain.observe(f64::NAN);
+        assert_eq!(text(&sharded), text(&reference));
+        assert!(text(&sharded).contains("duration_seconds_bucket{le=\"+Inf\"} 10"), "{}", text(&sharded));
+    }
+
+    /// Threads serving connections claim the lower half of the shards, one each; other threads take the
+    /// upper half.
+    #[test]
+    fn connection_threads_claim_shards_of_their_own() {
+        let half = shard_count() / 2;
+        let claimed: Vec<usize> = (0..half)
+            .map(|index| {
+                std::thread::spawn(move || {
+                    claim_shard(index);
+                    shard()
+                })
+                .join()
+                .expect("the thread ran")
+            })
+            .collect();
+        assert_eq!(claimed, (0..half).collect::<Vec<_>>());
+        let other = std::thread::spawn(shard).join().expect("the thread ran");
+        assert!((half..shard_count()).contains(&other), "{other} is not in the upper half");
     }
 
     /// A family resolved per shard exports each label set once, with every thread's updates, and totals

@@ -198,6 +198,20 @@ async fn the_chain_verifies_and_tampering_is_detected(backend: Backend) {
     // agent.create, key.create, resource.put (the agent's own chain) and ten MCP requests (the stream's).
     assert!(stdout.contains("ok      bot: 13 records"), "{stdout}");
 
+    // A row past the stream's head (which its writer moves in the row's own transaction) was added from
+    // outside: rows a live writer stores while verification runs move the head with them, and pass.
+    app.db
+        .execute("update audit_stream set last_seq = 1, last_hash = (select hash from audit_batch where seq = 1)")
+        .await;
+    let output = verify().await;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(!output.status.success(), "{stdout}");
+    assert!(stdout.contains("BROKEN  stream ") && stdout.contains("row 2 lies past the stream's head (1)"), "{stdout}");
+    app.db
+        .execute("update audit_stream set last_seq = 2, last_hash = (select hash from audit_batch where seq = 2)")
+        .await;
+    assert!(verify().await.status.success());
+
     // Deleting the newest records (the stream's newest row) is caught by the stream's head.
     app.db.execute("delete from audit_batch where seq = 2").await;
     let output = verify().await;
