@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use super::chain::{ChainError, ChainVerifier};
-use super::stream::{StreamError, StreamVerifier};
+use super::stream::{StreamError, StreamHead, StreamVerifier};
 use crate::domain::AgentId;
 use crate::store::{Store, StoreResult, StreamRows};
 
@@ -77,34 +77,8 @@ pub async fn verify(store: &dyn Store, agent: Option<&str>) -> StoreResult<Repor
         report.agents.insert(agent_id, outcome);
     }
     for head in store.audit_streams().await? {
-        let stream_id = head.stream_id.clone();
-        let mut verifier = StreamVerifier::new(head.clone(), agent);
-        let mut after = head.pruned_seq;
-        let outcome = loop {
-            let wanted = StreamRows {
-                stream: &stream_id,
-                after_seq: after,
-                limit: PAGE,
-                records: true,
-                agent: agent_id.as_ref(),
-            };
-            let mut rows = store.audit_stream_rows(wanted).await?;
-            let is_full = rows.len() == PAGE as usize;
-            // The stream is verified up to the head read above: a live writer may have stored rows since,
-            // and moved the head with them.
-            let past_head = rows.iter().map(|row| row.seq).filter(|seq| *seq > head.seq).max();
-            rows.retain(|row| row.seq <= head.seq);
-            if let Some(problem) = rows.iter().find_map(|row| verifier.check(row).err()) {
-                break Err(problem);
-            }
-            match (past_head, rows.last()) {
-                (None, Some(last)) if is_full => after = last.seq,
-                (None, _) => break verifier.finish(),
-                (Some(seq), _) => {
-                    break past_the_head(store, &stream_id, seq).await?.map_or_else(|| verifier.finish(), Err);
-                }
-            }
-        };
+        let outcome = verify_stream(store, &head, agent_id.as_ref()).await?;
+        let stream_id = head.stream_id;
         match outcome {
             Ok(counts) => {
                 for (agent_id, records) in counts {
@@ -125,6 +99,37 @@ pub async fn verify(store: &dyn Store, agent: Option<&str>) -> StoreResult<Repor
     Ok(report)
 }
 
+/// Checks a stream's rows up to `head`, as read when verification began (with `agent`, only that agent's
+/// records): each agent's number of records checked, or the first problem found.
+async fn verify_stream(
+    store: &dyn Store,
+    head: &StreamHead,
+    agent: Option<&AgentId>,
+) -> StoreResult<Result<Vec<(String, u64)>, StreamError>> {
+    let mut verifier = StreamVerifier::new(head.clone(), agent.map(AgentId::as_str));
+    let mut after = head.pruned_seq;
+    loop {
+        let wanted = StreamRows { stream: &head.stream_id, after_seq: after, limit: PAGE, records: true, agent };
+        let mut rows = store.audit_stream_rows(wanted).await?;
+        let is_full = rows.len() == PAGE as usize;
+        // The stream is verified up to `head`, as read when verification began: a live writer may have stored
+        // rows since, and moved the head with them.
+        let past_head = rows.iter().map(|row| row.seq).filter(|seq| *seq > head.seq).max();
+        rows.retain(|row| row.seq <= head.seq);
+        if let Some(problem) = rows.iter().find_map(|row| verifier.check(row).err()) {
+            return Ok(Err(problem));
+        }
+        match (past_head, rows.last()) {
+            (None, Some(last)) if is_full => after = last.seq,
+            (None, _) => return Ok(verifier.finish()),
+            (Some(seq), _) => {
+                let problem = past_the_head(store, &head.stream_id, seq).await?;
+                return Ok(problem.map_or_else(|| verifier.finish(), Err));
+            }
+        }
+    }
+}
+
 /// A row at `seq` lies past the head a stream's verification started from: a problem unless the head, read
 /// again, has reached it (its writer stored it meanwhile).
 async fn past_the_head(store: &dyn Store, stream_id: &str, seq: i64) -> StoreResult<Option<StreamError>> {
@@ -132,3 +137,7 @@ async fn past_the_head(store: &dyn Store, stream_id: &str, seq: i64) -> StoreRes
     let head = heads.iter().find(|head| head.stream_id == stream_id).map_or(0, |head| head.seq);
     Ok((head < seq).then_some(StreamError::PastHead { head, seq }))
 }
+
+#[cfg(test)]
+#[path = "verify_tests.rs"]
+mod tests;
