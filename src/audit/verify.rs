@@ -101,7 +101,7 @@ pub async fn verify(store: &dyn Store, agent: Option<&str>) -> StoreResult<Repor
 
 /// Checks a stream's rows up to `head`, as read when verification began (with `agent`, only that agent's
 /// records): each agent's number of records checked, or the first problem found.
-async fn verify_stream(
+pub(crate) async fn verify_stream(
     store: &dyn Store,
     head: &StreamHead,
     agent: Option<&AgentId>,
@@ -137,7 +137,3 @@ async fn past_the_head(store: &dyn Store, stream_id: &str, seq: i64) -> StoreRes
     let head = heads.iter().find(|head| head.stream_id == stream_id).map_or(0, |head| head.seq);
     Ok((head < seq).then_some(StreamError::PastHead { head, seq }))
 }
-
-#[cfg(test)]
-#[path = "verify_tests.rs"]
-mod tests;

@@ -590,6 +590,35 @@ async fn concurrent_audit_batches(store: Arc<dyn Store>) -> TestResult {
 
 on_both_backends!(sqlite_large_audit_batches, postgres_large_audit_batches, large_audit_batches);
 
+/// A live writer stores rows after verification has read its stream's head: they lie past that head, and
+/// the head, read again, has reached them, so the stream verifies up to where its head stood, and a
+/// verification begun afterwards checks them all.
+async fn rows_stored_after_the_head_was_read(store: &dyn Store) -> TestResult {
+    let mut stream = AuditStream::new();
+    let batch = |from: i64, count: i64| queued(&(from..from + count).map(|n| mcp_record("bot", n)).collect::<Vec<_>>());
+    store.append_audit(&mut stream, &mut batch(0, 3)).await?;
+    let heads = store.audit_streams().await?;
+    let [head] = heads.as_slice() else { panic!("one stream: {heads:?}") };
+    store.append_audit(&mut stream, &mut batch(3, 4)).await?;
+    let moved = store.audit_streams().await?[0].seq;
+    assert!(moved > head.seq, "the second batch moved the head: {moved} after {}", head.seq);
+
+    let verify_stream = crate::audit::verify::verify_stream;
+    let checked = verify_stream(store, head, None).await?.map_err(|problem| problem.to_string())?;
+    assert_eq!(checked, vec![("bot".to_owned(), 3)], "the records up to the head read");
+    let bot = agent_id("bot");
+    let checked = verify_stream(store, head, Some(&bot)).await?.map_err(|problem| problem.to_string())?;
+    assert_eq!(checked, vec![("bot".to_owned(), 3)], "one agent's records up to the head read");
+    assert_eq!(verify_chains(store).await?, vec![("bot".to_owned(), 7)], "a verification begun now");
+    Ok(())
+}
+
+on_both_backends!(
+    sqlite_rows_stored_after_the_head_was_read,
+    postgres_rows_stored_after_the_head_was_read,
+    rows_stored_after_the_head_was_read
+);
+
 #[tokio::test]
 async fn sqlite_concurrent_audit_batches() -> TestResult {
     let file = ScratchFile::new();
