@@ -12,6 +12,7 @@
 //! - [`cli`] and [`commands`]: the command line, and what each `hivegate <subcommand>` runs besides `serve`;
 //!   [`client`] is the admin API client the registry commands (`agent`, `key`, ...) use.
 //! - [`allocator`]: mimalloc's options and purge thread (the binary's allocator).
+//! - [`prefetch`]: the lines a request with a known key uses next (its key's, its agent's), asked for at once.
 //! - [`task`]: [`task::AbortOnDrop`], a background task that ends with its owner.
 //! - [`http`]: the routers (public and operator listeners), their layer stack, limits on the request itself
 //!   ([`http::request_limits`]: size, time), authentication and health endpoints.
@@ -84,6 +85,8 @@ pub mod mcp;
 pub mod metrics;
 /// OAuth 2.1 for MCP clients: hivegate as a protected resource, access tokens resolved to the keys they act as.
 pub mod oauth;
+/// Software prefetches: the lines a request to an agent out of the CPU's caches uses next, asked for at once.
+pub mod prefetch;
 /// Registry views shared by the admin API and the MCP endpoint.
 pub mod registry;
 /// Shared handler state.

@@ -202,6 +202,19 @@ impl<T> Bucketed<T> {
     pub fn bucket_in(&self, buckets: &Buckets, name: &str) -> &BucketHandle {
         self.bucket.get_or_init(|| buckets.handle(name))
     }
+
+    /// Asks for the line of this record's bucket handle ([`crate::prefetch`]).
+    pub fn prefetch(&self) {
+        crate::prefetch::for_read(&self.bucket);
+    }
+
+    /// Asks for the bucket itself, once it was made ([`crate::prefetch`]): it reads the handle, so it
+    /// comes after [`Bucketed::prefetch`].
+    pub fn prefetch_bucket(&self) {
+        if let Some(handle) = self.bucket.get() {
+            crate::prefetch::arc(&handle.0);
+        }
+    }
 }
 
 impl<T> Deref for Bucketed<T> {

@@ -43,6 +43,25 @@ struct CachedKey {
     link: Option<AgentLink>,
 }
 
+impl CachedKey {
+    /// Asks for every line a request with this key uses next, side by side ([`crate::prefetch`]): the key's
+    /// record and bucket handle, its agent's row and bucket handle, its agent's registry; then, through
+    /// those, the two buckets and the key's id and prefix (the audit record copies them).
+    fn prefetch(&self) {
+        crate::prefetch::arc(&self.record);
+        self.record.prefetch();
+        if let Some(link) = &self.link {
+            link.prefetch();
+        }
+        self.record.prefetch_bucket();
+        crate::prefetch::for_read(self.record.id.as_ptr());
+        crate::prefetch::for_read(self.record.prefix.as_ptr());
+        if let Some(link) = &self.link {
+            link.agent().prefetch_bucket();
+        }
+    }
+}
+
 /// A usable key, what its last request found of its agent, and where to keep what this one finds.
 pub struct KeyHit {
     pub key: Arc<Bucketed<KeyRecord>>,
@@ -131,6 +150,7 @@ impl KeyCache {
         F: Future<Output = Result<Option<KeyRecord>, StoreError>>,
     {
         let cached = map.get_mut(&lookup).map(|mut entry| {
+            entry.prefetch();
             let due = entry.touched.elapsed() >= TOUCH_INTERVAL;
             if due {
                 entry.touched = Instant::now();

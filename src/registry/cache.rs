@@ -139,6 +139,13 @@ impl AgentLink {
     pub fn agent(&self) -> &Arc<Bucketed<Agent>> {
         &self.agent
     }
+
+    /// Asks for the agent's row, its bucket handle and its registry ([`crate::prefetch`]).
+    pub fn prefetch(&self) {
+        crate::prefetch::arc(&self.agent);
+        self.agent.prefetch();
+        crate::prefetch::arc(&self.registry);
+    }
 }
 
 #[derive(Default)]
