@@ -5,8 +5,8 @@
 //! the key's cache entry, and each of them, and the rate-limit buckets and strings they point to, is first
 //! touched by an atomic reference count or a lock: each waits for its line before the next can start.
 //! Where the key's entry is found, every one of those lines is asked for at once
-//! ([`crate::http::auth::KeyCache`]): with reads spread over 10,000 agents that took 0.3 µs off a request's
-//! 14.6 µs of CPU (bench/README.md), and nothing measurable off one agent's, whose lines are at hand. A
+//! ([`crate::http::auth::KeyCache`]): with reads spread over 10,000 agents that took 0.2–0.3 µs off a
+//! request's 14.5 µs of CPU (bench/README.md), and nothing measurable off one agent's, whose lines are at hand. A
 //! prefetch is a hint: it never faults and never changes memory, and on other architectures these
 //! functions do nothing.
 
