@@ -6,9 +6,10 @@
 //! touched by an atomic reference count or a lock: each waits for its line before the next can start.
 //! Where the key's entry is found, every one of those lines is asked for at once
 //! ([`crate::http::auth::KeyCache`]): with reads spread over 10,000 agents that took 0.2–0.3 µs off a
-//! request's 14.5 µs of CPU (bench/README.md), and nothing measurable off one agent's, whose lines are at hand. A
-//! prefetch is a hint: it never faults and never changes memory, and on other architectures these
-//! functions do nothing.
+//! request's 14.5 µs of CPU (bench/README.md), and nothing measurable off one agent's, whose lines are at
+//! hand. A prefetch is a hint: it never faults and never changes memory, so an address that misses (a
+//! layout other than the one assumed below) costs a wasted request to memory, never a wrong result; on
+//! other architectures these functions do nothing.
 
 use std::sync::Arc;
 
@@ -42,7 +43,9 @@ fn prefetch<const HINT: i32>(ptr: *const u8) {
     let _ = ptr;
 }
 
-/// Asks for an `Arc`'s reference counts (the two words before its value) and the start of its value.
+/// Asks for an `Arc`'s reference counts and the start of its value. The counts are taken to be the two
+/// words before the value, where std puts them for a value aligned to at most two words (every value this
+/// crate prefetches); the layout is std's own, not promised, hence a hint only.
 #[inline(always)]
 pub fn arc<T: ?Sized>(arc: &Arc<T>) {
     let value = Arc::as_ptr(arc).cast::<u8>();
