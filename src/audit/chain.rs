@@ -43,24 +43,33 @@ pub fn hex_text(digits: &[u8; 64]) -> &str {
     std::str::from_utf8(digits).unwrap_or_default()
 }
 
-/// Appends `record`, at position `seq` after the record whose hash is `prev`, to `out` as the store keeps
-/// it: its hashed fields as `chain_fields` writes them (the queued ones with the position put in) with its
-/// hash as one more element, so that the bytes are written once for both. Returns the record's own hash
-/// ([`hex_text`] reads it), which the caller keeps where it likes: the writer chains every MCP request's
-/// record, and a string a record was an allocation each.
+/// Appends `record`, at position `seq` after the record whose hash is `prev`, to `out` as an agent's own
+/// segments keep it: its hashed fields as `chain_fields` writes them (the queued ones with the position put
+/// in) with its hash as one more element, so that the bytes are written once for both. Returns the record's
+/// own hash ([`hex_text`] reads it).
 pub fn append_stored_record(out: &mut Vec<u8>, prev: &str, record: &QueuedRecord, seq: i64) -> [u8; 64] {
+    let digits = append_chained_record(out, prev, record, seq);
+    out.pop();
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(&digits);
+    out.extend_from_slice(b"\"]");
+    digits
+}
+
+/// Appends `record`, at position `seq` after the record whose hash is `prev`, to `out` as a writer stream's
+/// row keeps it: its hashed fields alone, without its hash, which follows from them and the row's heads (the
+/// hash before each agent's first record there): the hash of every record would be a quarter of a row's
+/// bytes and most of what it compresses to (bench/README.md). Returns the record's own hash, which the
+/// caller keeps where it likes: the writer chains every MCP request's record, and a string a record was an
+/// allocation each.
+pub fn append_chained_record(out: &mut Vec<u8>, prev: &str, record: &QueuedRecord, seq: i64) -> [u8; 64] {
     let start = out.len();
     let (before, after) = record.fields.split_at(record.seq_at);
     out.extend_from_slice(before);
     out.push(b',');
     out.extend_from_slice(itoa::Buffer::new().format(seq).as_bytes());
     out.extend_from_slice(after);
-    let digits = hash_digits(prev, &out[start..]);
-    out.pop();
-    out.extend_from_slice(b",\"");
-    out.extend_from_slice(&digits);
-    out.extend_from_slice(b"\"]");
-    digits
+    hash_digits(prev, &out[start..])
 }
 
 /// A record on its way to a writer stream: its hashed fields already written as [`chain_fields`] writes

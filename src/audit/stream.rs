@@ -9,6 +9,10 @@
 //! a stream form a hash chain over their heads, whose newest position and hash (the stream's head) is one
 //! row updated once per batch.
 //!
+//! A record is stored as the fields its hash covers, not with its hash: that follows from them and the hash
+//! before it, and a row's heads give the hash before each agent's first record there. (Rows written before
+//! this hold each record's hash as one more element; they read and verify alike.)
+//!
 //! So one agent's records are checked without anybody else's: the stream's chain is recomputed from the
 //! rows' heads alone, and the agent's records only in the rows whose heads name it, against those heads.
 //! Editing a record breaks its agent's chain or the head its row commits to; deleting one leaves a gap;
@@ -24,7 +28,7 @@ use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
 
-use super::chain::{QueuedRecord, append_stored_record, hex_text};
+use super::chain::{QueuedRecord, append_chained_record, hex_text};
 use crate::domain::model::{AuditRecord, AuditText};
 
 /// Agents' records of a batch are stored in this many buckets at most (by a hash of the agent id): a
@@ -110,7 +114,7 @@ pub struct StreamRow {
     pub heads: String,
     pub prev_hash: String,
     pub hash: String,
-    /// JSON array of the stored records (as in [`append_stored_record`]).
+    /// JSON array of the stored records (as in [`append_chained_record`]: their hashed fields, not their hashes).
     pub records: String,
 }
 
@@ -212,7 +216,7 @@ impl AuditStream {
                     out.push(b',');
                 }
                 part.head.seq += 1;
-                let digits = append_stored_record(&mut out, &part.head.hash, record, part.head.seq);
+                let digits = append_chained_record(&mut out, &part.head.hash, record, part.head.seq);
                 part.head.hash = HeadHash::from(hex_text(&digits)).unwrap_or_default();
             }
             if let Some(part) = &current {
@@ -470,7 +474,9 @@ impl StreamVerifier {
                 ));
             }
             let expected = super::chain::chain_hash(hash, record, at);
-            if record.hash.as_deref() != Some(expected.as_str()) {
+            // Rows written since records are stored without their hashes hold none: an altered one then
+            // shows where its agent's chain ends in the row.
+            if record.hash.as_deref().is_some_and(|stored| stored != expected.as_str()) {
                 return Err(problem(
                     &record.agent_id,
                     format!("record {} (position {at}) does not match its hash: it was altered", record.id),
@@ -487,6 +493,15 @@ impl StreamVerifier {
         );
         for head in heads.iter().filter(|head| wanted(head.agent())) {
             let reached = open.get(head.agent()).cloned().unwrap_or_default();
+            if reached.0 == head.3 && reached.1 != head.4 {
+                return Err(problem(
+                    head.agent(),
+                    format!(
+                        "its records end at position {}, as the row's heads say, but not at the hash they give: a record was altered",
+                        head.3
+                    ),
+                ));
+            }
             if (reached.0, reached.1.as_str()) != (head.3, head.4.as_str()) {
                 return Err(problem(
                     head.agent(),

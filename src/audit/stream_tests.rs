@@ -123,27 +123,11 @@ fn a_large_batch_of_one_agent_is_cut_into_rows() {
 fn tampering_is_detected() {
     let (head, rows) = written(10, 3, 50);
     let agent = "agent-3";
-    let find = |rows: &[VerifiedRow]| {
-        rows.iter().position(|row| row.records.as_ref().is_some_and(|r| r.iter().any(|r| r.agent_id == agent)))
-    };
-    // An edited record.
-    let mut edited = rows.clone();
-    let at = find(&edited).expect("a row of the agent");
-    if let Some(record) = edited[at].records.as_mut().and_then(|r| r.iter_mut().find(|r| r.agent_id == agent)) {
-        record.target = "test://forged".into();
-    }
-    for agent in [None, Some(agent)] {
-        let error = verify(&head, &edited, agent).expect_err("edited");
-        assert!(error.to_string().contains("altered"), "{error}");
-    }
-    // A record deleted from the middle of a row.
-    let mut deleted = rows.clone();
-    if let Some(records) = deleted[at].records.as_mut() {
-        let index = records.iter().position(|r| r.agent_id == agent).expect("a record");
-        records.remove(index);
-    }
-    let error = verify(&head, &only(&deleted, agent), Some(agent)).expect_err("deleted");
-    assert!(error.to_string().contains("missing"), "{error}");
+    let at = rows
+        .iter()
+        .position(|row| row.records.as_ref().is_some_and(|r| r.iter().any(|r| r.agent_id == agent)))
+        .expect("a row of the agent");
+    an_edit_and_a_deletion_are_detected(&head, &rows, agent, at);
     // A whole row deleted.
     let mut gap = rows.clone();
     gap.remove(1);
@@ -177,6 +161,45 @@ fn tampering_is_detected() {
     }
     assert_ne!(head_of.3, 0);
     assert_eq!(verify(&head, &cut, Some(agent)), Err(StreamError::RowAltered { seq: cut[last].seq }));
+}
+
+/// Records as rows hold them now, without their hashes: an edit shows where the agent's chain ends in its
+/// row, a deletion as a gap, and the intact rows verify.
+#[test]
+fn tampering_is_detected_without_the_records_hashes() {
+    let (head, mut rows) = written(10, 3, 50);
+    for record in rows.iter_mut().flat_map(|row| row.records.iter_mut().flatten()) {
+        (record.hash, record.prev_hash) = (None, None);
+    }
+    assert_eq!(verify(&head, &rows, None).expect("intact").len(), 10);
+    let agent = "agent-3";
+    let at = rows
+        .iter()
+        .position(|row| row.records.as_ref().is_some_and(|r| r.iter().filter(|r| r.agent_id == agent).count() > 1))
+        .expect("a row with two records of the agent");
+    // Without the hashes an edit shows where the agent's chain ends in the row.
+    an_edit_and_a_deletion_are_detected(&head, &rows, agent, at);
+}
+
+/// `agent`'s first record in row `at` edited, then deleted instead: the edit is reported as an alteration of
+/// the agent's records (checking every agent's, and the agent's alone), the deletion as a missing record.
+fn an_edit_and_a_deletion_are_detected(head: &StreamHead, rows: &[VerifiedRow], agent: &str, at: usize) {
+    let mut edited = rows.to_vec();
+    if let Some(record) = edited[at].records.as_mut().and_then(|r| r.iter_mut().find(|r| r.agent_id == agent)) {
+        record.target = "test://forged".into();
+    }
+    for only_agent in [None, Some(agent)] {
+        let error = verify(head, &edited, only_agent).expect_err("edited");
+        assert_eq!(error.agent(), Some(agent));
+        assert!(error.to_string().contains("altered"), "{error}");
+    }
+    let mut deleted = rows.to_vec();
+    if let Some(records) = deleted[at].records.as_mut() {
+        let index = records.iter().position(|r| r.agent_id == agent).expect("a record");
+        records.remove(index);
+    }
+    let error = verify(head, &only(&deleted, agent), Some(agent)).expect_err("deleted");
+    assert!(error.to_string().contains("missing"), "{error}");
 }
 
 #[test]
@@ -227,7 +250,7 @@ fn reference_rows(
             }
             *seq += 1;
             let mut out = Vec::new();
-            let digits = append_stored_record(&mut out, hash, &QueuedRecord::from(*record), *seq);
+            let digits = append_chained_record(&mut out, hash, &QueuedRecord::from(*record), *seq);
             *hash = hex_text(&digits).to_owned();
             texts.push(String::from_utf8(out).expect("UTF-8"));
             if let Some(last) = heads.last_mut() {

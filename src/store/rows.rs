@@ -329,9 +329,10 @@ pub(super) fn record_digest<T: Serialize>(record: &T, content: Option<&Content>)
     crate::domain::hex(hasher.finalize())
 }
 
-/// One record inside an audit segment's `records`: a JSON array of the fields its chain hash covers, in
-/// their order (src/domain/audit.rs), then its hash, read in the order of these fields. The `audit_record`
-/// view names them.
+/// One record inside an audit segment's or a stream row's `records`: a JSON array of the fields its chain
+/// hash covers, in their order (src/domain/audit.rs), then its hash (in segments, and in stream rows written
+/// before records were stored without it), read in the order of these fields. The `audit_record` view names
+/// them.
 #[derive(serde::Deserialize)]
 struct StoredAuditRecord {
     id: AuditText,
@@ -356,6 +357,9 @@ struct StoredAuditRecord {
     client_ip: Option<AuditText>,
     user_agent: Option<AuditText>,
     trace_id: Option<AuditText>,
+    /// Written in segments, and in writer streams' rows before they left it out: there it follows from the
+    /// fields and the row's heads.
+    #[serde(default)]
     hash: Option<AuditText>,
 }
 
@@ -455,7 +459,7 @@ impl AuditListRow {
     /// The row's records, each with the hash of the record before it in its agent's chain.
     pub(super) fn into_records(self, is_stream: bool) -> StoreResult<Vec<AuditRecord>> {
         if is_stream {
-            return stream_records(&self.owner, self.position, &self.prefix, &self.records);
+            return stream_records(&self.owner, self.position, &self.prefix, &self.records, true);
         }
         AuditSegmentRow {
             agent_id: self.owner,
@@ -482,7 +486,8 @@ pub(super) struct AuditStreamRow {
 impl AuditStreamRow {
     pub(super) fn into_verified(self) -> StoreResult<crate::audit::stream::VerifiedRow> {
         let records = match &self.records {
-            Some(records) => Some(stream_records(&self.stream_id, self.seq, &self.heads, records)?),
+            // The verifier works each record's hash out itself.
+            Some(records) => Some(stream_records(&self.stream_id, self.seq, &self.heads, records, false)?),
             None => None,
         };
         Ok(crate::audit::stream::VerifiedRow {
@@ -497,21 +502,29 @@ impl AuditStreamRow {
 }
 
 /// The records of stream `stream`'s row `seq`, each with the hash before it in its agent's chain (the first
-/// of each agent's from the row's heads).
-fn stream_records(stream: &str, seq: i64, heads: &str, records: &str) -> StoreResult<Vec<AuditRecord>> {
+/// of each agent's from the row's heads). With `hashes`, each record's own hash too, worked out from its
+/// fields where the row does not hold it (rows written since records are stored without it); without, only
+/// the hashes the row holds, and the hash before a record only where the one before it held its own.
+fn stream_records(stream: &str, seq: i64, heads: &str, records: &str, hashes: bool) -> StoreResult<Vec<AuditRecord>> {
     use crate::audit::stream::RowHead;
     let corrupt =
         |error: serde_json::Error| StoreError::Corrupt(format!("audit row {stream}/{seq} does not parse: {error}"));
     let heads: Vec<RowHead> = serde_json::from_str(heads).map_err(corrupt)?;
-    let mut prev: std::collections::HashMap<String, AuditText> =
-        heads.into_iter().map(|RowHead(agent, _, hash, _, _)| (agent, AuditText::from(hash))).collect();
+    let mut prev: std::collections::HashMap<String, Option<AuditText>> =
+        heads.into_iter().map(|RowHead(agent, _, hash, _, _)| (agent, Some(AuditText::from(hash)))).collect();
     let stored: Vec<StoredAuditRecord> = serde_json::from_str(records).map_err(corrupt)?;
     Ok(stored
         .into_iter()
         .map(|record| {
-            let hash = record.hash.clone().unwrap_or_default();
-            let prev_hash = prev.get_mut(record.agent_id.as_str()).map(|prev| std::mem::replace(prev, hash));
-            record.into_record(prev_hash)
+            let Some(before) = prev.get_mut(record.agent_id.as_str()) else { return record.into_record(None) };
+            let mut record = record.into_record(before.clone());
+            if hashes && record.hash.is_none() {
+                let prev_hash = record.prev_hash.as_deref().unwrap_or_default();
+                let hash = crate::audit::chain::chain_hash(prev_hash, &record, record.chain_seq.unwrap_or_default());
+                record.hash = Some(AuditText::from(hash.as_str()));
+            }
+            *before = record.hash.clone();
+            record
         })
         .collect())
 }
@@ -519,6 +532,64 @@ fn stream_records(stream: &str, seq: i64, heads: &str, records: &str) -> StoreRe
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stream's row reads the same whether its records hold their hashes (as rows were written before) or
+    /// not (as they are written now): where a record's hash is missing it is worked out from its fields and
+    /// the one before it, the first of each agent's from the row's heads.
+    #[test]
+    fn a_stream_row_reads_alike_with_and_without_the_records_hashes() {
+        use crate::audit::chain::{QueuedRecord, append_chained_record, append_stored_record, chain_hash, hex_text};
+        let records: Vec<AuditRecord> = (0..5)
+            .map(|n| {
+                let agent = if n % 2 == 0 { "a" } else { "b" };
+                let at = Timestamp::from_micros(1_700_000_000_000_000 + n);
+                crate::audit::read_record(&format!("r{n}"), agent, at, "test://x")
+            })
+            .collect();
+        let heads = r#"[["a",4,"hash-before-a",7,"-"],["b",0,"the-stream",2,"-"]]"#;
+        let mut chains: std::collections::HashMap<&str, (i64, String)> =
+            [("a", (4, "hash-before-a".to_owned())), ("b", (0, "the-stream".to_owned()))].into();
+        let (mut old, mut new, mut hashes) = (b"[".to_vec(), b"[".to_vec(), Vec::new());
+        for record in &records {
+            let (seq, hash) = chains.get_mut(record.agent_id.as_str()).expect("a chain");
+            *seq += 1;
+            if old.len() > 1 {
+                old.push(b',');
+                new.push(b',');
+            }
+            let queued = QueuedRecord::from(record);
+            let digits = append_stored_record(&mut old, hash, &queued, *seq);
+            assert_eq!(append_chained_record(&mut new, hash, &queued, *seq), digits);
+            assert_eq!(hex_text(&digits), chain_hash(hash, record, *seq));
+            *hash = hex_text(&digits).to_owned();
+            hashes.push(hash.clone());
+        }
+        old.push(b']');
+        new.push(b']');
+        let (old, new) = (String::from_utf8(old).expect("UTF-8"), String::from_utf8(new).expect("UTF-8"));
+        assert_eq!(
+            old.len() - new.len(),
+            records.len() * ",\"\"".len() + hashes.iter().map(String::len).sum::<usize>()
+        );
+        let read = |records: &str, hashes| {
+            let read = stream_records("the-stream", 1, heads, records, hashes).expect("a row that parses");
+            read.iter().map(|record| serde_json::to_value(record).expect("JSON")).collect::<Vec<_>>()
+        };
+        let listed = read(&new, true);
+        assert_eq!(listed, read(&old, true));
+        let field = |n: usize, name: &str| listed[n][name].as_str().map(str::to_owned);
+        for (n, hash) in hashes.iter().enumerate() {
+            assert_eq!(field(n, "hash").as_ref(), Some(hash));
+        }
+        assert_eq!(field(0, "prevHash").as_deref(), Some("hash-before-a"));
+        assert_eq!(field(1, "prevHash").as_deref(), Some("the-stream"));
+        assert_eq!(field(2, "prevHash"), field(0, "hash"));
+        assert_eq!(field(3, "prevHash"), field(1, "hash"));
+        assert_eq!(field(4, "prevHash"), field(2, "hash"));
+        // Verification works the hashes out itself: it is given only those the row holds.
+        assert!(read(&new, false).iter().all(|record| record["hash"].is_null()));
+        assert_eq!(read(&old, false), listed);
+    }
 
     #[test]
     fn scopes_round_trip() {

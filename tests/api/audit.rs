@@ -189,7 +189,16 @@ async fn the_chain_verifies_and_tampering_is_detected(backend: Backend) {
     for _ in 0..10 {
         mcp.legacy("resources/list", json!({})).await;
     }
-    written(&app, "bot", "resources/list", 10).await;
+    // The listing gives each record in the stream its hash, which the rows do not store, linked to the hash
+    // before it: the first to the stream's id (a UUID).
+    let mut listed = written(&app, "bot", "resources/list", 10).await;
+    listed.sort_by_key(|record| record["chainSeq"].as_i64());
+    assert!(listed[0]["prevHash"].as_str().is_some_and(|id| uuid::Uuid::parse_str(id).is_ok()), "{}", listed[0]);
+    for (n, pair) in listed.windows(2).enumerate() {
+        assert_eq!(pair[0]["chainSeq"], n as i64 + 1);
+        assert!(pair[0]["hash"].as_str().is_some_and(|hash| hash.len() == 64), "{}", pair[0]);
+        assert_eq!(pair[1]["prevHash"], pair[0]["hash"]);
+    }
 
     let verify = || run_hivegate(dir.path(), app.db.url(), &["audit", "verify"]);
     let output = verify().await;
@@ -219,6 +228,17 @@ async fn the_chain_verifies_and_tampering_is_detected(backend: Backend) {
     assert!(!output.status.success(), "{stdout}");
     assert!(stdout.contains("BROKEN  stream ") && stdout.contains("newer rows were deleted"), "{stdout}");
 
+    // An edited record breaks its hash: in the stream's row (where the agent's chain no longer ends at the
+    // hash the row's heads give), and in the agent's own chain (the resource.put, below).
+    app.db
+        .execute("update audit_batch set records = replace(records, '\"resources/list\"', '\"resources/lost\"')")
+        .await;
+    let stdout = String::from_utf8_lossy(&verify().await.stdout).into_owned();
+    assert!(stdout.contains("BROKEN  bot:") && stdout.contains("a record was altered"), "{stdout}");
+    app.db
+        .execute("update audit_batch set records = replace(records, '\"resources/lost\"', '\"resources/list\"')")
+        .await;
+
     // A record deleted from the middle of a row leaves a gap in the agent's chain.
     app.db
         .execute(match backend {
@@ -232,12 +252,6 @@ async fn the_chain_verifies_and_tampering_is_detected(backend: Backend) {
     let stdout = String::from_utf8_lossy(&verify().await.stdout).into_owned();
     assert!(stdout.contains("BROKEN  bot:") && stdout.contains("position 4, expected 3"), "{stdout}");
 
-    // An edited record breaks its hash: in the stream's row, and in the agent's own chain (the resource.put).
-    app.db
-        .execute("update audit_batch set records = replace(records, '\"resources/list\"', '\"resources/lost\"')")
-        .await;
-    let stdout = String::from_utf8_lossy(&verify().await.stdout).into_owned();
-    assert!(stdout.contains("(position 1)") && stdout.contains("altered"), "{stdout}");
     app.db.execute("delete from audit_batch").await;
     app.db
         .execute(
