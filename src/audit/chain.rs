@@ -58,8 +58,8 @@ pub fn append_stored_record(out: &mut Vec<u8>, prev: &str, record: &QueuedRecord
 
 /// Appends `record`, at position `seq` after the record whose hash is `prev`, to `out` as a writer stream's
 /// row keeps it: its hashed fields alone, without its hash, which follows from them and the row's heads (the
-/// hash before each agent's first record there): the hash of every record would be a quarter of a row's
-/// bytes and most of what it compresses to (bench/README.md). Returns the record's own hash, which the
+/// hash before each agent's first record there): the hash of every record would be a sixth to a quarter of
+/// a row's bytes and half of what it compresses to (bench/README.md). Returns the record's own hash, which the
 /// caller keeps where it likes: the writer chains every MCP request's record, and a string a record was an
 /// allocation each.
 pub fn append_chained_record(out: &mut Vec<u8>, prev: &str, record: &QueuedRecord, seq: i64) -> [u8; 64] {

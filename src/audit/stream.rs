@@ -172,8 +172,8 @@ impl AuditStream {
     }
 
     /// Chains `records` on: sorts them by bucket and agent (each agent's keep their order), and encodes the
-    /// rows, each record with its position and hash. The stream itself moves on
-    /// only by [`Self::commit`], once stored.
+    /// rows, each record with its position (its hash goes into the next record's and the row's heads). The
+    /// stream itself moves on only by [`Self::commit`], once stored.
     pub fn chain(&self, records: &mut [QueuedRecord]) -> ChainedBatch {
         let parts = self.group(records);
         let buckets: Vec<i32> =

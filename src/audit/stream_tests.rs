@@ -179,6 +179,30 @@ fn tampering_is_detected_without_the_records_hashes() {
         .expect("a row with two records of the agent");
     // Without the hashes an edit shows where the agent's chain ends in the row.
     an_edit_and_a_deletion_are_detected(&head, &rows, agent, at);
+    // A hash put on a record that had none must be its own.
+    let mut forged = rows.clone();
+    if let Some(record) = forged[at].records.as_mut().and_then(|r| r.iter_mut().find(|r| r.agent_id == agent)) {
+        record.hash = Some("0".repeat(64).as_str().into());
+    }
+    let error = verify(&head, &forged, None).expect_err("a forged hash");
+    assert!(error.to_string().contains("does not match its hash"), "{error}");
+}
+
+/// Rows with their records' hashes (written before) and rows without, in one stream, and a row whose records
+/// hold their hashes only in part, verify alike.
+#[test]
+fn rows_with_and_without_the_records_hashes_verify_together() {
+    let (head, mut rows) = written(10, 4, 50);
+    for (n, row) in rows.iter_mut().enumerate() {
+        for (m, record) in row.records.iter_mut().flatten().enumerate() {
+            if n % 2 == 0 || m % 3 == 0 {
+                (record.hash, record.prev_hash) = (None, None);
+            }
+        }
+    }
+    let counts = verify(&head, &rows, None).expect("intact");
+    assert_eq!(counts.iter().map(|(_, n)| n).sum::<u64>(), 200);
+    assert_eq!(verify(&head, &only(&rows, "agent-3"), Some("agent-3")), Ok(vec![("agent-3".to_owned(), 20)]));
 }
 
 /// `agent`'s first record in row `at` edited, then deleted instead: the edit is reported as an alteration of
@@ -192,6 +216,7 @@ fn an_edit_and_a_deletion_are_detected(head: &StreamHead, rows: &[VerifiedRow], 
         let error = verify(head, &edited, only_agent).expect_err("edited");
         assert_eq!(error.agent(), Some(agent));
         assert!(error.to_string().contains("altered"), "{error}");
+        assert!(matches!(error, StreamError::Agent { seq, .. } if seq == rows[at].seq), "{error:?}");
     }
     let mut deleted = rows.to_vec();
     if let Some(records) = deleted[at].records.as_mut() {
