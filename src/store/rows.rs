@@ -456,10 +456,13 @@ pub(super) struct AuditListRow {
 }
 
 impl AuditListRow {
-    /// The row's records, each with the hash of the record before it in its agent's chain.
-    pub(super) fn into_records(self, is_stream: bool) -> StoreResult<Vec<AuditRecord>> {
+    /// The row's records, each with the hash of the record before it in its agent's chain, and its own: worked
+    /// out, where a stream's row does not hold it, for `agent`'s records (everyone's when `None`), whom the
+    /// listing shows.
+    pub(super) fn into_records(self, is_stream: bool, agent: Option<&str>) -> StoreResult<Vec<AuditRecord>> {
         if is_stream {
-            return stream_records(&self.owner, self.position, &self.prefix, &self.records, true);
+            let shown = |record: &str| agent.is_none_or(|agent| agent == record);
+            return stream_records(&self.owner, self.position, &self.prefix, &self.records, shown);
         }
         AuditSegmentRow {
             agent_id: self.owner,
@@ -487,7 +490,7 @@ impl AuditStreamRow {
     pub(super) fn into_verified(self) -> StoreResult<crate::audit::stream::VerifiedRow> {
         let records = match &self.records {
             // The verifier works each record's hash out itself.
-            Some(records) => Some(stream_records(&self.stream_id, self.seq, &self.heads, records, false)?),
+            Some(records) => Some(stream_records(&self.stream_id, self.seq, &self.heads, records, |_| false)?),
             None => None,
         };
         Ok(crate::audit::stream::VerifiedRow {
@@ -502,10 +505,17 @@ impl AuditStreamRow {
 }
 
 /// The records of stream `stream`'s row `seq`, each with the hash before it in its agent's chain (the first
-/// of each agent's from the row's heads). With `hashes`, each record's own hash too, worked out from its
-/// fields where the row does not hold it (rows written since records are stored without it); without, only
-/// the hashes the row holds, and the hash before a record only where the one before it held its own.
-fn stream_records(stream: &str, seq: i64, heads: &str, records: &str, hashes: bool) -> StoreResult<Vec<AuditRecord>> {
+/// of each agent's from the row's heads). Each record of an agent `hashes` takes has its own hash too, worked
+/// out from its fields where the row does not hold it (rows written since records are stored without it);
+/// the others only the hashes the row holds, and the hash before them only where the one before held its
+/// own.
+fn stream_records(
+    stream: &str,
+    seq: i64,
+    heads: &str,
+    records: &str,
+    hashes: impl Fn(&str) -> bool,
+) -> StoreResult<Vec<AuditRecord>> {
     use crate::audit::stream::RowHead;
     let corrupt =
         |error: serde_json::Error| StoreError::Corrupt(format!("audit row {stream}/{seq} does not parse: {error}"));
@@ -518,7 +528,7 @@ fn stream_records(stream: &str, seq: i64, heads: &str, records: &str, hashes: bo
         .map(|record| {
             let Some(before) = prev.get_mut(record.agent_id.as_str()) else { return record.into_record(None) };
             let mut record = record.into_record(before.clone());
-            if hashes && record.hash.is_none() {
+            if record.hash.is_none() && hashes(&record.agent_id) {
                 let prev_hash = record.prev_hash.as_deref().unwrap_or_default();
                 let hash = crate::audit::chain::chain_hash(prev_hash, &record, record.chain_seq.unwrap_or_default());
                 record.hash = Some(AuditText::from(hash.as_str()));
@@ -571,12 +581,12 @@ mod tests {
             old.len() - new.len(),
             records.len() * ",\"\"".len() + hashes.iter().map(String::len).sum::<usize>()
         );
-        let read = |records: &str, hashes| {
+        let read = |records: &str, hashes: &dyn Fn(&str) -> bool| {
             let read = stream_records("the-stream", 1, heads, records, hashes).expect("a row that parses");
             read.iter().map(|record| serde_json::to_value(record).expect("JSON")).collect::<Vec<_>>()
         };
-        let listed = read(&new, true);
-        assert_eq!(listed, read(&old, true));
+        let listed = read(&new, &|_| true);
+        assert_eq!(listed, read(&old, &|_| true));
         let field = |n: usize, name: &str| listed[n][name].as_str().map(str::to_owned);
         for (n, hash) in hashes.iter().enumerate() {
             assert_eq!(field(n, "hash").as_ref(), Some(hash));
@@ -587,8 +597,16 @@ mod tests {
         assert_eq!(field(3, "prevHash"), field(1, "hash"));
         assert_eq!(field(4, "prevHash"), field(2, "hash"));
         // Verification works the hashes out itself: it is given only those the row holds.
-        assert!(read(&new, false).iter().all(|record| record["hash"].is_null()));
-        assert_eq!(read(&old, false), listed);
+        assert!(read(&new, &|_| false).iter().all(|record| record["hash"].is_null()));
+        assert_eq!(read(&old, &|_| false), listed);
+        // A listing of one agent's records works out only theirs.
+        let of_b = read(&new, &|agent| agent == "b");
+        for (n, record) in of_b.iter().enumerate() {
+            match n % 2 {
+                1 => assert_eq!(record, &listed[n]),
+                _ => assert!(record["hash"].is_null(), "{record}"),
+            }
+        }
     }
 
     #[test]
