@@ -17,7 +17,7 @@
 //! A database connection the pool opens while a request runs is registered with that request's thread:
 //! whichever task uses it later learns that it is ready through that thread, which looks between tasks and
 //! whenever it is idle. Nothing on a connection's thread holds it long (a render over its quick budget, a
-//! compile, go to the blocking pool), so the wait is a task's length at most.
+//! compile, an audit listing's large rows go to the blocking pool), so the wait is a task's length at most.
 //!
 //! The threads stop when their [`ConnectionThreads`] is dropped, once the application has stopped serving
 //! and written its last audit records: what a connection's thread registered with its runtime (a pooled

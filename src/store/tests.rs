@@ -559,6 +559,51 @@ on_both_backends!(
     audit_batch_of_many_statements
 );
 
+/// A listing reads a stream's large rows on the blocking pool (`AuditListRow::into_records_aside`): every
+/// record is listed, for all agents and for one, each with its own hash as the writer chained it and the hash
+/// before it.
+async fn large_stream_rows_list_whole(store: &dyn Store) -> TestResult {
+    use crate::domain::model::AuditFilter;
+
+    const RECORDS: i64 = 800;
+    let long = "x".repeat(200);
+    let agents = ["agent-a", "agent-b"];
+    let records: Vec<AuditRecord> = (0..RECORDS)
+        .map(|n| AuditRecord { target: format!("test://{n}/{long}").into(), ..mcp_record(agents[(n % 2) as usize], n) })
+        .collect();
+    // However the two agents fall into buckets, a row holds at least half the batch: past the threshold.
+    assert!((RECORDS as usize / 2) * long.len() >= super::rows::DECODE_ASIDE_FROM);
+    let mut stream = AuditStream::new();
+    store.append_audit(&mut stream, &mut queued(&records)).await?;
+    let everyone = store.list_audit(&AuditFilter::default(), None, 1_000).await?;
+    assert_eq!(everyone.len(), RECORDS as usize);
+    for agent in agents {
+        let filter = AuditFilter { agent: Some(agent_id(agent)), ..AuditFilter::default() };
+        let mut listed = store.list_audit(&filter, None, 1_000).await?;
+        assert_eq!(listed.len(), RECORDS as usize / 2, "{agent}");
+        listed.sort_by_key(|record| record.chain_seq);
+        // The writer's chain, worked out again from the records as they were made.
+        let mut prev = stream.id().to_owned();
+        let made = records.iter().filter(|record| record.agent_id == agent);
+        for (n, (record, made)) in listed.iter().zip(made).enumerate() {
+            let seq = n as i64 + 1;
+            assert_eq!((record.chain_seq, record.target.as_str()), (Some(seq), made.target.as_str()));
+            assert_eq!(record.prev_hash.as_deref(), Some(prev.as_str()), "{agent} {seq}");
+            prev = crate::audit::chain::chain_hash(&prev, made, seq);
+            assert_eq!(record.hash.as_deref(), Some(prev.as_str()), "{agent} {seq}");
+            let same = everyone.iter().find(|listed| listed.id == record.id).ok_or("listed for everyone")?;
+            assert_eq!(same.hash, record.hash);
+        }
+    }
+    Ok(())
+}
+
+on_both_backends!(
+    sqlite_large_stream_rows_list_whole,
+    postgres_large_stream_rows_list_whole,
+    large_stream_rows_list_whole
+);
+
 /// Writers appending batches at once, each in its own stream over the same fifty agents in its own order:
 /// none deadlocks or fails, and every chain verifies with every record in it.
 async fn concurrent_audit_batches(store: Arc<dyn Store>) -> TestResult {

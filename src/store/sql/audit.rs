@@ -124,7 +124,7 @@ macro_rules! impl_audit_store {
                             return Ok(page);
                         }
                         resume = Some((row.last_at, row.owner.clone(), row.position));
-                        page.extend(row.into_records(is_stream, agent)?.into_iter().filter(|record| wanted(record)));
+                        page.extend(row.into_records_aside(is_stream, agent).await?.into_iter().filter(|record| wanted(record)));
                         page.sort_unstable_by(|a, b| (b.occurred_at, &b.id).cmp(&(a.occurred_at, &a.id)));
                         page.truncate(limit);
                     }
