@@ -204,6 +204,18 @@ pub fn render_block(
     args: &BTreeMap<String, String>,
     budget: &mut Budget,
 ) -> Result<Value, ContentError> {
+    with_templated(block, |source, is_uri| {
+        let rendered = compiled.render(source, args, budget)?;
+        if is_uri {
+            ResourceUri::parse(&rendered).map_err(ContentError::RenderedUri)?;
+        }
+        Ok(rendered)
+    })
+}
+
+/// A copy of `block` with each templated field's source replaced by what `replace` makes of it, given the
+/// source and whether the field is a URI; the first error `replace` gives ends it.
+pub fn with_templated<E>(block: &Value, mut replace: impl FnMut(&str, bool) -> Result<String, E>) -> Result<Value, E> {
     let mut block = block.clone();
     let kind = block.get("type").and_then(Value::as_str).unwrap_or_default();
     let fields = templated_fields(kind);
@@ -217,11 +229,7 @@ pub fn render_block(
         };
         let Some(slot) = holder.get_mut(*field) else { continue };
         let Some(source) = slot.as_str() else { continue };
-        let rendered = compiled.render(source, args, budget)?;
-        if *is_uri {
-            ResourceUri::parse(&rendered).map_err(ContentError::RenderedUri)?;
-        }
-        *slot = Value::String(rendered);
+        *slot = Value::String(replace(source, *is_uri)?);
     }
     Ok(block)
 }

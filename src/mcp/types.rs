@@ -160,7 +160,7 @@ pub struct Outline {
 impl Outline {
     /// Cuts `placeholder` out of `whole` where it follows the first `key`. The key is within the result's first
     /// few fields, so a plain scan finds it sooner than `str::find` has set its searcher up.
-    fn cut(mut whole: String, key: &str, placeholder: &str) -> serde_json::Result<Self> {
+    pub(crate) fn cut(mut whole: String, key: &str, placeholder: &str) -> serde_json::Result<Self> {
         let found = whole.as_bytes().windows(key.len()).position(|window| window == key.as_bytes());
         let Some(at) = found.map(|found| found + key.len()) else {
             return Err(serde::ser::Error::custom("the items' place was not found"));

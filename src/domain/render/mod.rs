@@ -160,6 +160,12 @@ impl Compiled {
         Self { quick, full, plain }
     }
 
+    /// The parts of `source` when it is a template of text and `{{ name }}` only, which [`Compiled::render`]
+    /// renders by joining them (the arguments' values in their places, a missing one empty).
+    pub fn plain_parts(&self, source: &str) -> Option<&[Part]> {
+        self.plain.get(source).map(|plain| plain.parts.as_slice())
+    }
+
     /// Renders `source` as [`render_with_budget`] does, from its compiled template when there is one.
     pub fn render(
         &self,
@@ -189,9 +195,12 @@ struct Plain {
     parts: Vec<Part>,
 }
 
+/// A part of a plain template ([`Compiled::plain_parts`]).
 #[derive(Debug, Clone)]
-enum Part {
+pub enum Part {
+    /// Text, rendered as it is.
     Text(Box<str>),
+    /// `{{ name }}`: the argument's value, or nothing when it is not given.
     Argument(Box<str>),
 }
 

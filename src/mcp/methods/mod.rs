@@ -71,12 +71,16 @@ pub enum Items {
     Page(Arc<resources::Page>),
     /// A read's contents items, each as the registry cache keeps it (or as rendered), written as an array.
     Each(Vec<Arc<RawValue>>),
+    /// A JSON array written for this answer from what the cache keeps: a prompt's messages with the
+    /// arguments in their places ([`prompts::MessagesOutline`]).
+    Written(String),
 }
 
 impl Items {
     fn json_len(&self) -> usize {
         match self {
             Items::Page(page) => page.items.get().len(),
+            Items::Written(json) => json.len(),
             Items::Each(items) => {
                 2 + items.len().saturating_sub(1) + items.iter().map(|item| item.get().len()).sum::<usize>()
             }
@@ -86,6 +90,7 @@ impl Items {
     fn write(&self, out: &mut Vec<u8>) {
         match self {
             Items::Page(page) => out.extend_from_slice(page.items.get().as_bytes()),
+            Items::Written(json) => out.extend_from_slice(json.as_bytes()),
             Items::Each(items) => {
                 out.push(b'[');
                 for (index, item) in items.iter().enumerate() {

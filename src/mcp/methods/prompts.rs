@@ -7,15 +7,17 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::resources::{List, McpCollection};
-use super::{McpMethod, MetaShape, find_compiled, params, render_bounded};
-use crate::domain::PromptName;
-use crate::domain::content::template_sources;
-use crate::domain::model::{Prompt, Role};
+use super::{Answer, IntoAnswer, Items, McpMethod, MetaShape, find_compiled, params, render_bounded};
+use crate::domain::content::{self, template_sources};
+use crate::domain::model::{Prompt, PromptMessage, Role};
 use crate::domain::prompt::{compile_messages, render_messages};
-use crate::domain::render::Compiled;
+use crate::domain::render::{BUDGET_BYTES, Compiled, Part};
+use crate::domain::{PromptName, ResourceUri};
 use crate::mcp::dispatch::Context;
 use crate::mcp::error::McpError;
-use crate::mcp::types::{ContentBlock, GetPromptResult, McpPrompt, McpPromptArgument, McpPromptMessage, McpRole};
+use crate::mcp::types::{
+    ContentBlock, GetPromptResult, McpPrompt, McpPromptArgument, McpPromptMessage, McpRole, Outline,
+};
 use crate::metrics::ConfiguredLimit;
 use crate::registry::cache::Key;
 use crate::registry::collection::Prompts;
@@ -51,10 +53,157 @@ fn mcp_prompt(prompt: &Prompt) -> McpPrompt {
 }
 
 /// A stored prompt as the registry cache keeps it: with its messages' templates checked and compiled, so
-/// that `prompts/get` only renders them.
+/// that `prompts/get` only renders them, and, when every template is plain, its messages' JSON with a place
+/// for each argument.
 pub(crate) struct CachedPrompt {
     pub prompt: Prompt,
     pub compiled: Compiled,
+    pub outline: Option<MessagesOutline>,
+}
+
+impl CachedPrompt {
+    fn new(prompt: Prompt) -> Self {
+        let compiled = compile_messages(&prompt.messages);
+        let outline = MessagesOutline::of(&prompt.messages, &compiled);
+        Self { prompt, compiled, outline }
+    }
+}
+
+/// The messages of a prompt whose every templated field is plain (text and `{{ name }}` only, a URI without
+/// any argument), as the JSON array `prompts/get` answers with, cut where each argument's value goes: a
+/// call writes the pieces and its arguments' values, escaped, between them. That is the array rendering
+/// each message's fields, taking the block as the SDK's `ContentBlock` and serialising the messages gives
+/// (a JSON string's escaping is character by character, so escaping a rendered field is escaping its parts
+/// one after the other), without those steps' copies of every block.
+pub(crate) struct MessagesOutline {
+    /// JSON and arguments, alternately: the first and last are JSON.
+    pieces: Vec<OutlinePiece>,
+    /// The bytes of the templates' text, which every render makes.
+    text_len: usize,
+}
+
+enum OutlinePiece {
+    Json(Box<str>),
+    Argument(Box<str>),
+}
+
+/// What stands for an argument in the messages the outline is cut from: `\0`, the argument's index, `\0`.
+/// A template with a `\0` of its own gets no outline.
+const MARK: char = '\0';
+/// The mark as serialised JSON writes it.
+const ESCAPED_MARK: &str = "\\u0000";
+
+impl MessagesOutline {
+    /// The outline of `messages`, if each of their templated fields is plain in `compiled`, and each URI is
+    /// fixed and valid (a rendered URI is checked again; one that does not depend on the arguments is
+    /// checked here once).
+    fn of(messages: &[PromptMessage], compiled: &Compiled) -> Option<Self> {
+        let mut arguments: Vec<Box<str>> = Vec::new();
+        let mut text_len = 0;
+        let mut marked = Vec::with_capacity(messages.len());
+        for message in messages {
+            let block = content::with_templated(&message.content, |source, is_uri| {
+                let parts = compiled.plain_parts(source).ok_or(())?;
+                let mut field = String::with_capacity(source.len());
+                for part in parts {
+                    match part {
+                        Part::Text(text) if !text.contains(MARK) => {
+                            text_len += text.len();
+                            field.push_str(text);
+                        }
+                        Part::Argument(name) if !is_uri => {
+                            field.push(MARK);
+                            field.push_str(itoa::Buffer::new().format(arguments.len()));
+                            field.push(MARK);
+                            arguments.push(name.clone());
+                        }
+                        _ => return Err(()),
+                    }
+                }
+                if is_uri && ResourceUri::parse(&field).is_err() {
+                    return Err(());
+                }
+                Ok(field)
+            })
+            .ok()?;
+            let content: ContentBlock = serde_json::from_value(block).ok()?;
+            marked.push(McpPromptMessage::new(mcp_role(message.role), content));
+        }
+        let json = serde_json::to_string(&marked).ok()?;
+        Self::cut(&json, arguments).map(|pieces| Self { pieces, text_len })
+    }
+
+    /// `json` cut at its marks, which must be those of `arguments`, in their order.
+    fn cut(json: &str, arguments: Vec<Box<str>>) -> Option<Vec<OutlinePiece>> {
+        // The marks are found as JSON escapes, escape by escape: `\\u0000` is a backslash and text, not a mark.
+        let bytes = json.as_bytes();
+        let mut marks = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            if bytes[at] == b'\\' {
+                if json[at..].starts_with(ESCAPED_MARK) {
+                    marks.push(at);
+                }
+                at += 2;
+            } else {
+                at += 1;
+            }
+        }
+        if marks.len() != 2 * arguments.len() {
+            return None;
+        }
+        let mut pieces = Vec::with_capacity(2 * arguments.len() + 1);
+        let mut from = 0;
+        for (index, (argument, pair)) in arguments.into_iter().zip(marks.chunks_exact(2)).enumerate() {
+            let (open, close) = (pair[0], pair[1]);
+            if json[open + ESCAPED_MARK.len()..close] != *itoa::Buffer::new().format(index) {
+                return None;
+            }
+            pieces.push(OutlinePiece::Json(json[from..open].into()));
+            pieces.push(OutlinePiece::Argument(argument));
+            from = close + ESCAPED_MARK.len();
+        }
+        pieces.push(OutlinePiece::Json(json[from..].into()));
+        Some(pieces)
+    }
+
+    /// The messages' JSON array with `args` in their places; `None` when the rendered fields would be more
+    /// than a render's budget allows (a render then reports it).
+    fn write(&self, args: &BTreeMap<String, String>) -> Option<String> {
+        let value = |name: &str| args.get(name).map_or("", String::as_str);
+        let mut rendered = self.text_len;
+        let mut json = 0;
+        for piece in &self.pieces {
+            match piece {
+                OutlinePiece::Json(text) => json += text.len(),
+                OutlinePiece::Argument(name) => rendered += value(name).len(),
+            }
+        }
+        if rendered > BUDGET_BYTES {
+            return None;
+        }
+        let mut out = Vec::with_capacity(json + rendered + rendered / 8);
+        for piece in &self.pieces {
+            match piece {
+                OutlinePiece::Json(text) => out.extend_from_slice(text.as_bytes()),
+                OutlinePiece::Argument(name) => {
+                    // The value as a JSON string, without its quotes.
+                    let start = out.len();
+                    serde_json::to_writer(&mut out, value(name)).ok()?;
+                    out.pop();
+                    out.remove(start);
+                }
+            }
+        }
+        String::from_utf8(out).ok()
+    }
+}
+
+fn mcp_role(role: Role) -> McpRole {
+    match role {
+        Role::User => McpRole::User,
+        Role::Assistant => McpRole::Assistant,
+    }
 }
 
 /// What a cached prompt is counted as, beyond its messages' JSON: the compiled environments' tables and
@@ -71,11 +220,10 @@ pub(crate) async fn find_prompt(ctx: &Context<'_>, name: &str) -> Result<Option<
         return Ok(None);
     };
     find_compiled::<Prompts, _, _, _>(ctx, Key::Prompt(name.into()), parsed, "a prompt", |prompt| {
-        let bytes = serde_json::to_string(&prompt.messages).map_or(4096, |s| s.len() + 512) + compiled_bytes(&prompt);
-        Some((bytes, move || {
-            let compiled = compile_messages(&prompt.messages);
-            CachedPrompt { prompt, compiled }
-        }))
+        // The messages' JSON twice: as stored, and as the outline, which is about as long.
+        let bytes =
+            serde_json::to_string(&prompt.messages).map_or(4096, |s| 2 * s.len() + 512) + compiled_bytes(&prompt);
+        Some((bytes, move || CachedPrompt::new(prompt)))
     })
     .await
 }
@@ -109,7 +257,7 @@ struct GetParams {
 }
 
 impl McpMethod for GetPrompt {
-    type Output = GetPromptResult;
+    type Output = Answer;
 
     fn parse(raw: Option<&Value>) -> Result<Self, McpError> {
         let parsed: GetParams = params(raw)?;
@@ -138,7 +286,7 @@ impl McpMethod for GetPrompt {
         Ok(Self { name: parsed.name, arguments })
     }
 
-    async fn apply(self, ctx: &Context<'_>) -> Result<GetPromptResult, McpError> {
+    async fn apply(self, ctx: &Context<'_>) -> Result<Answer, McpError> {
         let cached = find_prompt(ctx, &self.name)
             .await?
             .ok_or_else(|| McpError::InvalidParams(format!("unknown prompt {:?}", self.name)))?;
@@ -156,6 +304,25 @@ impl McpMethod for GetPrompt {
             .find(|argument| argument.required == Some(true) && !self.arguments.contains_key(&argument.name))
         {
             return Err(McpError::InvalidParams(format!("missing required argument {:?}", missing.name)));
+        }
+        let result = |messages| {
+            let mut result = GetPromptResult::new(messages);
+            result.description = prompt.description.clone();
+            result.result_type = ctx.result_type();
+            result.meta = ctx.result_meta();
+            result
+        };
+        let serialised = |error: serde_json::Error| {
+            tracing::error!(prompt = %prompt.name, %error, "could not serialise a prompt's result");
+            McpError::Internal
+        };
+        // Plain templates: the cached messages with the arguments written in (see `MessagesOutline`).
+        if let Some(outline) = &cached.outline
+            && let Some(messages) = outline.write(&self.arguments)
+        {
+            let whole = serde_json::to_string(&result(Vec::new())).map_err(serialised)?;
+            let outline = Outline::cut(whole, "\"messages\":", "[]").map_err(serialised)?;
+            return Ok(Answer::Around { outline, items: Items::Written(messages) });
         }
         // Rendering is CPU work up to the fuel limit. Most prompts need little: they are rendered here with
         // the quick fuel, and only one that runs out of it is rendered again, with the full fuel, on the
@@ -177,25 +344,108 @@ impl McpMethod for GetPrompt {
                 tracing::error!(prompt = %prompt.name, %error, "stored content block does not parse");
                 McpError::Internal
             })?;
-            let role = match message.role {
-                Role::User => McpRole::User,
-                Role::Assistant => McpRole::Assistant,
-            };
-            messages.push(McpPromptMessage::new(role, content));
+            messages.push(McpPromptMessage::new(mcp_role(message.role), content));
         }
-        let mut result = GetPromptResult::new(messages);
-        result.description = prompt.description.clone();
-        result.result_type = ctx.result_type();
-        result.meta = ctx.result_meta();
-        Ok(result)
+        result(messages).into_answer().map_err(serialised)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::domain::model::PromptArgument;
+    use crate::domain::render::Budget;
     use crate::domain::time::Timestamp;
+
+    fn messages(blocks: &[(Role, Value)]) -> Vec<PromptMessage> {
+        blocks.iter().map(|(role, content)| PromptMessage { role: *role, content: content.clone() }).collect()
+    }
+
+    /// The messages' JSON as a render gives it: each block rendered, taken as a `ContentBlock`, serialised.
+    fn rendered(messages: &[PromptMessage], compiled: &Compiled, args: &BTreeMap<String, String>) -> String {
+        let rendered = render_messages(messages, compiled, args, &mut Budget::quick()).expect("renders");
+        let messages: Vec<McpPromptMessage> = rendered
+            .into_iter()
+            .map(|message| {
+                let content = serde_json::from_value(message.content).expect("a content block");
+                McpPromptMessage::new(mcp_role(message.role), content)
+            })
+            .collect();
+        serde_json::to_string(&messages).expect("json")
+    }
+
+    fn args(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())).collect()
+    }
+
+    #[test]
+    fn an_outline_writes_what_a_render_gives() {
+        let prompts = [
+            messages(&[(Role::User, json!({"type": "text", "text": "Research {{ topic }} in {{ depth }} depth."}))]),
+            messages(&[
+                (Role::User, json!({"type": "text", "text": "say \"{{a}}\" \\u0000 {{ b }}\n\t\\ é 😀 {{ a }}"})),
+                (Role::Assistant, json!({"type": "text", "text": "{{ b }}", "annotations": {"priority": 0.5}})),
+                (Role::User, json!({"type": "image", "data": "aGk=", "mimeType": "image/png"})),
+                (
+                    Role::User,
+                    json!({"type": "resource", "resource":
+                        {"uri": "file:///notes/a.txt", "mimeType": "text/plain", "text": "Notes on {{ a }}"}}),
+                ),
+                (Role::Assistant, json!({"type": "resource_link", "uri": "file:///notes/b.txt", "name": "b"})),
+                (Role::User, json!({"type": "text", "text": "no arguments at all"})),
+            ]),
+        ];
+        let calls = [
+            args(&[("topic", "bees"), ("depth", "deep")]),
+            args(&[("topic", "quantum \"computing\"\n\\ é 😀 \u{1} \u{0} </script>")]),
+            args(&[("a", "\u{0}0\u{0}"), ("b", "\\u0000")]),
+            args(&[("a", "x")]),
+            args(&[]),
+        ];
+        for messages in &prompts {
+            let compiled = compile_messages(messages);
+            let outline = MessagesOutline::of(messages, &compiled).expect("plain templates have an outline");
+            for call in &calls {
+                let written = outline.write(call).expect("within the budget");
+                assert_eq!(written, rendered(messages, &compiled, call), "{call:?}");
+                let parsed: Value = serde_json::from_str(&written).expect("the outline writes JSON");
+                assert!(parsed.is_array());
+            }
+        }
+    }
+
+    #[test]
+    fn prompts_a_render_must_judge_have_no_outline() {
+        for block in [
+            json!({"type": "text", "text": "{% if a %}{{ a }}{% endif %}"}),
+            json!({"type": "text", "text": "{{ a | upper }}"}),
+            json!({"type": "text", "text": "a \u{0}0\u{0} {{ a }}"}),
+            json!({"type": "resource_link", "uri": "file:///{{ a }}", "name": "a"}),
+            json!({"type": "resource_link", "uri": "not a uri", "name": "a"}),
+        ] {
+            let messages = messages(&[(Role::User, block.clone())]);
+            let compiled = compile_messages(&messages);
+            assert!(MessagesOutline::of(&messages, &compiled).is_none(), "{block}");
+        }
+    }
+
+    #[test]
+    fn an_outline_leaves_a_render_past_the_budget_to_the_renderer() {
+        let messages = messages(&[(Role::User, json!({"type": "text", "text": "ab {{ a }} {{ a }}"}))]);
+        let compiled = compile_messages(&messages);
+        let outline = MessagesOutline::of(&messages, &compiled).expect("an outline");
+        // 4 bytes of text: two values of half the budget less 2 fit exactly, one byte more does not.
+        let fits = "x".repeat(BUDGET_BYTES / 2 - 2);
+        assert!(outline.write(&args(&[("a", &fits)])).is_some());
+        let over = "x".repeat(BUDGET_BYTES / 2 - 1);
+        assert!(outline.write(&args(&[("a", &over)])).is_none());
+        let mut budget = Budget::quick();
+        assert!(render_messages(&messages, &compiled, &args(&[("a", &over)]), &mut budget).is_err());
+        let mut budget = Budget::quick();
+        assert!(render_messages(&messages, &compiled, &args(&[("a", &fits)]), &mut budget).is_ok());
+    }
 
     #[test]
     fn listed_prompts_hide_completions() {
