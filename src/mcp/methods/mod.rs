@@ -40,8 +40,8 @@ pub(crate) trait McpMethod: Sized {
     async fn apply(self, ctx: &Context<'_>) -> Result<Self::Output, McpError>;
 }
 
-/// A method's output as the result's JSON: serialised, or already an [`Answer`] (a list's or a read's, whose
-/// cached items are written into the answer as the cache keeps them).
+/// A method's output as the result's JSON: serialised, or already an [`Answer`] (a list's, a read's or a
+/// prompt's, whose cached items or messages are written into the answer as the cache keeps them).
 pub(crate) trait IntoAnswer {
     fn into_answer(self) -> serde_json::Result<Answer>;
 }
@@ -58,8 +58,9 @@ impl IntoAnswer for Answer {
     }
 }
 
-/// A method's result as JSON: whole, or outlined around its items (a list's cached page, a read's contents),
-/// so that the items (up to megabytes) are copied once, into the answer, rather than into a result first.
+/// A method's result as JSON: whole, or outlined around its items (a list's cached page, a read's contents,
+/// a prompt's messages), so that the items (up to megabytes) are copied once, into the answer, rather than
+/// into a result first.
 pub enum Answer {
     Whole(Box<RawValue>),
     Around { outline: Outline, items: Items },
@@ -73,7 +74,7 @@ pub enum Items {
     Each(Vec<Arc<RawValue>>),
     /// A JSON array written for this answer from what the cache keeps: a prompt's messages with the
     /// arguments in their places ([`prompts::MessagesOutline`]).
-    Written(String),
+    Written(Vec<u8>),
 }
 
 impl Items {
@@ -90,7 +91,7 @@ impl Items {
     fn write(&self, out: &mut Vec<u8>) {
         match self {
             Items::Page(page) => out.extend_from_slice(page.items.get().as_bytes()),
-            Items::Written(json) => out.extend_from_slice(json.as_bytes()),
+            Items::Written(json) => out.extend_from_slice(json),
             Items::Each(items) => {
                 out.push(b'[');
                 for (index, item) in items.iter().enumerate() {
@@ -126,7 +127,7 @@ impl Answer {
         }
     }
 
-    /// The result, when it is whole (as every method's but a list's and a read's is).
+    /// The result, when it is whole (as every method's but a list's, a read's and a plain prompt's is).
     pub fn whole(&self) -> Option<&RawValue> {
         match self {
             Answer::Whole(raw) => Some(raw),

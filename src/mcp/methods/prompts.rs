@@ -1,7 +1,8 @@
 //! `prompts/list` (never showing an argument's `completions`) and `prompts/get` (messages rendered with the
-//! arguments in the sandboxed MiniJinja environment, off the async workers, within one output budget).
+//! arguments in the sandboxed MiniJinja environment, off the async workers, within one output budget; or,
+//! for a prompt of plain templates, written from its cached outline with the arguments in their places).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -70,25 +71,25 @@ impl CachedPrompt {
 }
 
 /// The messages of a prompt whose every templated field is plain (text and `{{ name }}` only, a URI without
-/// any argument), as the JSON array `prompts/get` answers with, cut where each argument's value goes: a
-/// call writes the pieces and its arguments' values, escaped, between them. That is the array rendering
-/// each message's fields, taking the block as the SDK's `ContentBlock` and serialising the messages gives
-/// (a JSON string's escaping is character by character, so escaping a rendered field is escaping its parts
-/// one after the other), without those steps' copies of every block.
+/// any argument), as the JSON array `prompts/get` answers with, and the places in it where each argument's
+/// value goes: a call writes the JSON with its arguments' values, escaped, in those places. That is the
+/// array rendering each message's fields, taking the block as the SDK's `ContentBlock` and serialising the
+/// messages gives (a JSON string's escaping is character by character, so escaping a rendered field is
+/// escaping its parts one after the other), without those steps' copies of every block.
 pub(crate) struct MessagesOutline {
-    /// JSON and arguments, alternately: the first and last are JSON.
-    pieces: Vec<OutlinePiece>,
+    /// The messages' JSON without the arguments' values.
+    json: Box<str>,
+    /// Where each value goes in `json`, in order, and whose it is (an index into `names`).
+    places: Vec<(u32, u16)>,
+    /// The arguments' names, each once.
+    names: Vec<Box<str>>,
     /// The bytes of the templates' text, which every render makes.
     text_len: usize,
 }
 
-enum OutlinePiece {
-    Json(Box<str>),
-    Argument(Box<str>),
-}
-
-/// What stands for an argument in the messages the outline is cut from: `\0`, the argument's index, `\0`.
-/// A template with a `\0` of its own gets no outline.
+/// What stands for an argument in the messages the outline is cut from: `\0`, the place's index, `\0`.
+/// A template with a `\0` of its own gets no outline, nor does a block with a `\0` in any other field (the
+/// marks found are then more than the places).
 const MARK: char = '\0';
 /// The mark as serialised JSON writes it.
 const ESCAPED_MARK: &str = "\\u0000";
@@ -98,7 +99,10 @@ impl MessagesOutline {
     /// fixed and valid (a rendered URI is checked again; one that does not depend on the arguments is
     /// checked here once).
     fn of(messages: &[PromptMessage], compiled: &Compiled) -> Option<Self> {
-        let mut arguments: Vec<Box<str>> = Vec::new();
+        let mut names: Vec<Box<str>> = Vec::new();
+        let mut index_of: HashMap<Box<str>, u16> = HashMap::new();
+        // Whose each place is, in order.
+        let mut places: Vec<u16> = Vec::new();
         let mut text_len = 0;
         let mut marked = Vec::with_capacity(messages.len());
         for message in messages {
@@ -112,10 +116,19 @@ impl MessagesOutline {
                             field.push_str(text);
                         }
                         Part::Argument(name) if !is_uri => {
+                            let index = match index_of.get(name) {
+                                Some(index) => *index,
+                                None => {
+                                    let index = u16::try_from(names.len()).map_err(drop)?;
+                                    names.push(name.clone());
+                                    index_of.insert(name.clone(), index);
+                                    index
+                                }
+                            };
                             field.push(MARK);
-                            field.push_str(itoa::Buffer::new().format(arguments.len()));
+                            field.push_str(itoa::Buffer::new().format(places.len()));
                             field.push(MARK);
-                            arguments.push(name.clone());
+                            places.push(index);
                         }
                         _ => return Err(()),
                     }
@@ -129,19 +142,20 @@ impl MessagesOutline {
             let content: ContentBlock = serde_json::from_value(block).ok()?;
             marked.push(McpPromptMessage::new(mcp_role(message.role), content));
         }
-        let json = serde_json::to_string(&marked).ok()?;
-        Self::cut(&json, arguments).map(|pieces| Self { pieces, text_len })
+        let marked = serde_json::to_string(&marked).ok()?;
+        let (json, places) = Self::cut(&marked, &places)?;
+        Some(Self { json: json.into(), places, names, text_len })
     }
 
-    /// `json` cut at its marks, which must be those of `arguments`, in their order.
-    fn cut(json: &str, arguments: Vec<Box<str>>) -> Option<Vec<OutlinePiece>> {
+    /// `marked` without its marks, which must be those of `places` in their order, and where each was.
+    fn cut(marked: &str, places: &[u16]) -> Option<(String, Vec<(u32, u16)>)> {
         // The marks are found as JSON escapes, escape by escape: `\\u0000` is a backslash and text, not a mark.
-        let bytes = json.as_bytes();
+        let bytes = marked.as_bytes();
         let mut marks = Vec::new();
         let mut at = 0;
         while at < bytes.len() {
             if bytes[at] == b'\\' {
-                if json[at..].starts_with(ESCAPED_MARK) {
+                if marked[at..].starts_with(ESCAPED_MARK) {
                     marks.push(at);
                 }
                 at += 2;
@@ -149,53 +163,51 @@ impl MessagesOutline {
                 at += 1;
             }
         }
-        if marks.len() != 2 * arguments.len() {
+        if marks.len() != 2 * places.len() {
             return None;
         }
-        let mut pieces = Vec::with_capacity(2 * arguments.len() + 1);
+        let mut json = String::with_capacity(marked.len());
+        let mut cut = Vec::with_capacity(places.len());
         let mut from = 0;
-        for (index, (argument, pair)) in arguments.into_iter().zip(marks.chunks_exact(2)).enumerate() {
+        for (index, (whose, pair)) in places.iter().zip(marks.chunks_exact(2)).enumerate() {
             let (open, close) = (pair[0], pair[1]);
-            if json[open + ESCAPED_MARK.len()..close] != *itoa::Buffer::new().format(index) {
+            if marked[open + ESCAPED_MARK.len()..close] != *itoa::Buffer::new().format(index) {
                 return None;
             }
-            pieces.push(OutlinePiece::Json(json[from..open].into()));
-            pieces.push(OutlinePiece::Argument(argument));
+            json.push_str(&marked[from..open]);
+            cut.push((u32::try_from(json.len()).ok()?, *whose));
             from = close + ESCAPED_MARK.len();
         }
-        pieces.push(OutlinePiece::Json(json[from..].into()));
-        Some(pieces)
+        json.push_str(&marked[from..]);
+        Some((json, cut))
     }
 
     /// The messages' JSON array with `args` in their places; `None` when the rendered fields would be more
     /// than a render's budget allows (a render then reports it).
-    fn write(&self, args: &BTreeMap<String, String>) -> Option<String> {
-        let value = |name: &str| args.get(name).map_or("", String::as_str);
-        let mut rendered = self.text_len;
-        let mut json = 0;
-        for piece in &self.pieces {
-            match piece {
-                OutlinePiece::Json(text) => json += text.len(),
-                OutlinePiece::Argument(name) => rendered += value(name).len(),
-            }
+    fn write(&self, args: &BTreeMap<String, String>) -> Option<Vec<u8>> {
+        let values: Vec<&str> = self.names.iter().map(|name| args.get(&**name).map_or("", String::as_str)).collect();
+        let mut given = 0;
+        for (_, whose) in &self.places {
+            given += values.get(usize::from(*whose))?.len();
         }
-        if rendered > BUDGET_BYTES {
+        if self.text_len + given > BUDGET_BYTES {
             return None;
         }
-        let mut out = Vec::with_capacity(json + rendered + rendered / 8);
-        for piece in &self.pieces {
-            match piece {
-                OutlinePiece::Json(text) => out.extend_from_slice(text.as_bytes()),
-                OutlinePiece::Argument(name) => {
-                    // The value as a JSON string, without its quotes.
-                    let start = out.len();
-                    serde_json::to_writer(&mut out, value(name)).ok()?;
-                    out.pop();
-                    out.remove(start);
-                }
-            }
+        let json = self.json.as_bytes();
+        let mut out = Vec::with_capacity(json.len() + given + given / 8);
+        let mut quoted = Vec::new();
+        let mut from = 0;
+        for (at, whose) in &self.places {
+            let at = *at as usize;
+            out.extend_from_slice(json.get(from..at)?);
+            // The value as a JSON string, without its quotes.
+            quoted.clear();
+            serde_json::to_writer(&mut quoted, values.get(usize::from(*whose))?).ok()?;
+            out.extend_from_slice(quoted.get(1..quoted.len().saturating_sub(1))?);
+            from = at;
         }
-        String::from_utf8(out).ok()
+        out.extend_from_slice(json.get(from..)?);
+        Some(out)
     }
 }
 
@@ -220,9 +232,13 @@ pub(crate) async fn find_prompt(ctx: &Context<'_>, name: &str) -> Result<Option<
         return Ok(None);
     };
     find_compiled::<Prompts, _, _, _>(ctx, Key::Prompt(name.into()), parsed, "a prompt", |prompt| {
-        // The messages' JSON twice: as stored, and as the outline, which is about as long.
-        let bytes =
-            serde_json::to_string(&prompt.messages).map_or(4096, |s| 2 * s.len() + 512) + compiled_bytes(&prompt);
+        // The messages' JSON twice (as stored, and as the outline's, which is about as long) and the outline's
+        // 8 bytes a place an argument's value goes.
+        let places: usize =
+            prompt.messages.iter().flat_map(|m| template_sources(&m.content)).map(|s| s.matches("{{").count()).sum();
+        let bytes = serde_json::to_string(&prompt.messages).map_or(4096, |s| 2 * s.len() + 512)
+            + 8 * places
+            + compiled_bytes(&prompt);
         Some((bytes, move || CachedPrompt::new(prompt)))
     })
     .await
@@ -408,11 +424,51 @@ mod tests {
             let compiled = compile_messages(messages);
             let outline = MessagesOutline::of(messages, &compiled).expect("plain templates have an outline");
             for call in &calls {
-                let written = outline.write(call).expect("within the budget");
+                let written = String::from_utf8(outline.write(call).expect("within the budget")).expect("UTF-8");
                 assert_eq!(written, rendered(messages, &compiled, call), "{call:?}");
                 let parsed: Value = serde_json::from_str(&written).expect("the outline writes JSON");
                 assert!(parsed.is_array());
             }
+        }
+    }
+
+    /// The result's outline is cut where its messages go, whatever the description holds, and the written
+    /// messages go in there: the whole is the result the render path serialises.
+    #[test]
+    fn a_written_prompt_result_is_the_serialised_one() {
+        let messages = messages(&[(Role::User, json!({"type": "text", "text": "a {{ a }} b"}))]);
+        let compiled = compile_messages(&messages);
+        let outline = MessagesOutline::of(&messages, &compiled).expect("an outline");
+        let call = args(&[("a", "\"messages\":[] \u{0}0\u{0}")]);
+        for description in [None, Some("plain"), Some("\"messages\":[] \\\"messages\":[] \u{0}0\u{0} \\u0000")] {
+            let result = |messages| {
+                let mut result = GetPromptResult::new(messages);
+                result.description = description.map(str::to_owned);
+                result
+            };
+            let whole = serde_json::to_string(&result(Vec::new())).expect("json");
+            let cut = Outline::cut(whole, "\"messages\":", "[]").expect("the messages' place");
+            let written = outline.write(&call).expect("within the budget");
+            let answer = Answer::Around { outline: cut, items: Items::Written(written) };
+            let mut out = Vec::new();
+            answer.write(&mut out);
+            let rendered: Vec<McpPromptMessage> =
+                serde_json::from_str(&rendered(&messages, &compiled, &call)).expect("the render path's messages");
+            assert_eq!(String::from_utf8(out).expect("UTF-8"), serde_json::to_string(&result(rendered)).expect("json"));
+        }
+    }
+
+    /// A mark in a field that is not a template (a name, `_meta`) is more marks than places: no outline.
+    #[test]
+    fn a_mark_outside_the_templates_leaves_the_prompt_to_the_renderer() {
+        for block in [
+            json!({"type": "resource_link", "uri": "file:///b.txt", "name": "\u{0}0\u{0}"}),
+            json!({"type": "text", "text": "plain", "_meta": {"k": "\u{0}0\u{0}"}}),
+        ] {
+            let messages =
+                messages(&[(Role::User, json!({"type": "text", "text": "{{ a }}"})), (Role::User, block.clone())]);
+            let compiled = compile_messages(&messages);
+            assert!(MessagesOutline::of(&messages, &compiled).is_none(), "{block}");
         }
     }
 
