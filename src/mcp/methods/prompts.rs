@@ -219,11 +219,15 @@ fn mcp_role(role: Role) -> McpRole {
 }
 
 /// What a cached prompt is counted as, beyond its messages' JSON: the compiled environments' tables and
-/// the compiled instructions, which take a multiple of the templates' sources.
+/// the compiled instructions, which take a multiple of the templates' sources, and more for each tag (a
+/// template dense with `{{ a }}` compiles to about 220 bytes a tag).
 fn compiled_bytes(prompt: &Prompt) -> usize {
     const ENVIRONMENTS: usize = 8 * 1024;
-    let sources: usize = prompt.messages.iter().flat_map(|m| template_sources(&m.content)).map(str::len).sum();
-    ENVIRONMENTS + 16 * sources
+    let sources = prompt.messages.iter().flat_map(|m| template_sources(&m.content));
+    let (bytes, tags) = sources.fold((0, 0), |(bytes, tags), source| {
+        (bytes + source.len(), tags + source.matches("{{").count() + source.matches("{%").count())
+    });
+    ENVIRONMENTS + 16 * bytes + 256 * tags
 }
 
 /// The stored prompt called `name`, through the cache; `None` when there is none (or the name is invalid).
