@@ -218,16 +218,18 @@ fn mcp_role(role: Role) -> McpRole {
     }
 }
 
-/// What a cached prompt is counted as, beyond its messages' JSON: the compiled environments' tables and
-/// the compiled instructions, which take a multiple of the templates' sources, and more for each tag (a
-/// template dense with `{{ a }}` compiles to about 220 bytes a tag).
-fn compiled_bytes(prompt: &Prompt) -> usize {
+/// What a cached prompt is counted as, beyond its messages' JSON as stored: the compiled environments' tables
+/// and the compiled instructions, which take a multiple of the templates' sources and more for each tag (a
+/// template dense with `{{ a }}` compiles to about 220 bytes a tag); and the outline, about as long as the
+/// messages' JSON, with 8 bytes for each place an argument goes.
+fn derived_bytes(prompt: &Prompt, messages_json: usize) -> usize {
     const ENVIRONMENTS: usize = 8 * 1024;
     let sources = prompt.messages.iter().flat_map(|m| template_sources(&m.content));
-    let (bytes, tags) = sources.fold((0, 0), |(bytes, tags), source| {
-        (bytes + source.len(), tags + source.matches("{{").count() + source.matches("{%").count())
+    let (bytes, places, tags) = sources.fold((0, 0, 0), |(bytes, places, tags), source| {
+        let places_here = source.matches("{{").count();
+        (bytes + source.len(), places + places_here, tags + places_here + source.matches("{%").count())
     });
-    ENVIRONMENTS + 16 * bytes + 256 * tags
+    ENVIRONMENTS + 16 * bytes + 256 * tags + messages_json + 8 * places
 }
 
 /// The stored prompt called `name`, through the cache; `None` when there is none (or the name is invalid).
@@ -236,13 +238,8 @@ pub(crate) async fn find_prompt(ctx: &Context<'_>, name: &str) -> Result<Option<
         return Ok(None);
     };
     find_compiled::<Prompts, _, _, _>(ctx, Key::Prompt(name.into()), parsed, "a prompt", |prompt| {
-        // The messages' JSON twice (as stored, and as the outline's, which is about as long) and the outline's
-        // 8 bytes a place an argument's value goes.
-        let places: usize =
-            prompt.messages.iter().flat_map(|m| template_sources(&m.content)).map(|s| s.matches("{{").count()).sum();
-        let bytes = serde_json::to_string(&prompt.messages).map_or(4096, |s| 2 * s.len() + 512)
-            + 8 * places
-            + compiled_bytes(&prompt);
+        let messages_json = serde_json::to_string(&prompt.messages).map_or(4096, |s| s.len() + 512);
+        let bytes = messages_json + derived_bytes(&prompt, messages_json);
         Some((bytes, move || CachedPrompt::new(prompt)))
     })
     .await
