@@ -39,6 +39,7 @@ use axum::http::{Extensions, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use ipnet::IpNet;
+use smallvec::SmallVec;
 
 use crate::config::RateLimitsConfig;
 use crate::domain::model::{Agent, KeyRecord};
@@ -277,7 +278,8 @@ impl Verdict {
     /// keep their tokens). The tightest service limit is the refusing one, else the one with the fewest
     /// requests left.
     async fn of(checks: &[Check<'_>]) -> StoreResult<Self> {
-        let mut policies = Vec::with_capacity(checks.len());
+        // A key's limit and its agent's: held inline, not allocated for every request.
+        let mut policies: SmallVec<[Policy; 2]> = SmallVec::with_capacity(checks.len());
         let mut tightest: Option<(Remaining, bool)> = None;
         let mut retry_after = None;
         let mut refused_by = None;

@@ -254,8 +254,9 @@ pub(super) async fn admit(
             description,
         })
     };
-    let authenticated = state.oauth.authenticate(&state.keys, headers, path_agent.as_ref()).await;
-    if matches!(Presented::of(headers, oauth.is_some()), Presented::Token(_)) {
+    let presented = Presented::of(headers, oauth.is_some());
+    let authenticated = state.oauth.authenticate(&state.keys, presented, path_agent.as_ref()).await;
+    if matches!(presented, Presented::Token(_)) {
         let outcome = match &authenticated {
             Ok(_) => TokenOutcome::Accepted,
             Err(AuthError::Forbidden(_)) => TokenOutcome::Forbidden,
@@ -267,7 +268,7 @@ pub(super) async fn admit(
     let Authenticated { key, is_token, link, digest } = match authenticated {
         Ok(authenticated) => authenticated,
         Err(error) => {
-            let presented = Presented::of(headers, oauth.is_some()).text();
+            let presented = presented.text();
             let (error, code) = match error {
                 _ if presented.is_some_and(|token| state.operator.is_valid(token)) => {
                     (McpError::OperatorToken, Some("invalid_token"))

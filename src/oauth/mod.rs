@@ -214,30 +214,31 @@ impl OAuth {
         self.external.as_ref()
     }
 
-    /// The key the request's credential stands for. `agent` is the agent of the request's path, when it
-    /// is a valid id: tokens are only taken for an agent with OAuth on, and must be for that agent.
+    /// The key the request's credential stands for: `presented` is what its headers present
+    /// ([`Presented::of`], read once by the caller). `agent` is the agent of the request's path, when it is
+    /// a valid id: tokens are only taken for an agent with OAuth on, and must be for that agent; for any
+    /// other, what looked like a token is tried as a key, as [`Presented::of`] reads it with OAuth off.
     pub async fn authenticate(
         &self,
         keys: &KeyCache,
-        headers: &HeaderMap,
+        presented: Presented<'_>,
         agent: Option<&AgentId>,
     ) -> Result<Authenticated, AuthError> {
-        let is_on = agent.is_some_and(|agent| self.is_on_for(agent.as_str()));
-        match Presented::of(headers, is_on) {
+        match presented {
             Presented::Missing => Err(AuthError::Missing),
-            Presented::Key(key) => match keys.authenticate(Some(key)).await {
+            Presented::Token(token) if agent.is_some_and(|agent| self.is_on_for(agent.as_str())) => {
+                let Some(agent) = agent else { return Err(AuthError::Missing) };
+                let grant = self.grant(token, agent).await?;
+                let key = self.key_of(keys, &grant, agent).await?;
+                Ok(Authenticated { key, is_token: true, link: None, digest: None })
+            }
+            Presented::Key(key) | Presented::Token(key) => match keys.authenticate(Some(key)).await {
                 Ok(hit) => {
                     Ok(Authenticated { key: hit.key, is_token: false, link: hit.link, digest: Some(hit.digest) })
                 }
                 Err(KeyError::Unauthenticated) => Err(AuthError::Key),
                 Err(KeyError::Store(error)) => Err(error.into()),
             },
-            Presented::Token(token) => {
-                let Some(agent) = agent else { return Err(AuthError::Missing) };
-                let grant = self.grant(token, agent).await?;
-                let key = self.key_of(keys, &grant, agent).await?;
-                Ok(Authenticated { key, is_token: true, link: None, digest: None })
-            }
         }
     }
 
