@@ -224,15 +224,14 @@ impl OAuth {
         presented: Presented<'_>,
         agent: Option<&AgentId>,
     ) -> Result<Authenticated, AuthError> {
-        match presented {
-            Presented::Missing => Err(AuthError::Missing),
-            Presented::Token(token) if agent.is_some_and(|agent| self.is_on_for(agent.as_str())) => {
-                let Some(agent) = agent else { return Err(AuthError::Missing) };
+        match (presented, agent) {
+            (Presented::Missing, _) => Err(AuthError::Missing),
+            (Presented::Token(token), Some(agent)) if self.is_on_for(agent.as_str()) => {
                 let grant = self.grant(token, agent).await?;
                 let key = self.key_of(keys, &grant, agent).await?;
                 Ok(Authenticated { key, is_token: true, link: None, digest: None })
             }
-            Presented::Key(key) | Presented::Token(key) => match keys.authenticate(Some(key)).await {
+            (Presented::Key(key) | Presented::Token(key), _) => match keys.authenticate(Some(key)).await {
                 Ok(hit) => {
                     Ok(Authenticated { key: hit.key, is_token: false, link: hit.link, digest: Some(hit.digest) })
                 }
