@@ -9,7 +9,7 @@
 //!
 //! | file | holds |
 //! | --- | --- |
-//! | [`request`] | what an MCP request's record holds: the [`request::Trail`] handlers attach to their answer, and [`request::record`], run around every handler of the endpoint, which turns it into records |
+//! | [`request`] | what an MCP request's record holds: the [`request::Trail`] handlers hand back with their answer, and [`request::record`], run around every handler of the endpoint, which turns it into records |
 //! | [`writer`] | the handle requests record through ([`AuditWriter`]): a bounded queue, its counters ([`AuditStats`]), `audit.on_overload = "reject"` ([`Recorder`], [`Overloaded`]), and stopping ([`AuditTask`]) |
 //! | `batcher` | the writer's one background task: batches off the queue, one transaction each, retries, stream rotation, the drain at shutdown |
 //! | [`stream`] | a writer's stream: each agent's chain in it kept in memory, a batch encoded as a few rows chained over their heads, and the stream's verifier |
@@ -18,8 +18,8 @@
 //!
 //! # The life of a record
 //!
-//! 1. The MCP endpoint's handler knows the agent, key, method and target and attaches them to its response
-//!    as a [`request::Trail`] (a batch's trail holds an item per message).
+//! 1. The MCP endpoint's handler knows the agent, key, method and target and hands them back with its
+//!    response as a [`request::Trail`] (a batch's trail holds an item per message).
 //! 2. [`request::record`] adds what only the HTTP layer knows (time, latency, client address, user agent,
 //!    request and trace ids, bytes sent) and hands the finished [`AuditRecord`](crate::domain::model::AuditRecord)
 //!    to the [`AuditWriter`]; with `audit.on_overload = "reject"` it took its place in the queue before the

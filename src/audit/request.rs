@@ -1,7 +1,7 @@
 //! One audit record per MCP request that passed authentication, and one per message of a batch: who asked
 //! what, and how it went.
 //!
-//! The handlers know the agent, key, method and target; they attach them to the response as a [`Trail`]
+//! The handlers know the agent, key, method and target; they hand them back with the response as a [`Trail`]
 //! (and every JSON-RPC error attaches its [`ErrorCode`]); a batch's trail holds an [`Item`] per message, with
 //! the message's own method, target, outcome, time, latency and bytes. [`record`], run around every handler
 //! of the endpoint, knows the rest (time, latency, client address, user agent, request and trace ids, bytes
@@ -18,7 +18,9 @@
 //! [`record`]: crate::audit::request::record
 //! [`super::writer`]: crate::audit::writer
 
+use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::HttpBody as _;
@@ -30,6 +32,7 @@ use serde_json::Value;
 use super::chain::{ChainFields, QueuedRecord};
 use crate::domain::model::{Agent, AuditText, KeyRecord};
 use crate::domain::time::Timestamp;
+use crate::guard::Bucketed;
 use crate::http::REQUEST_ID;
 use crate::mcp::dispatch::Method;
 use crate::mcp::error::McpError;
@@ -43,12 +46,13 @@ use crate::telemetry::TraceParent;
 /// The longest target, user agent or method kept in a record; longer values are cut (on a char boundary).
 const MAX_FIELD_CHARS: usize = 512;
 
-/// What the handler knows of a request, attached to its response.
-#[derive(Debug, Clone)]
+/// What the handler knows of a request, handed back with its response ([`Answered`]).
+#[derive(Clone)]
 pub struct Trail {
-    agent_id: AuditText,
-    key_id: AuditText,
-    key_prefix: AuditText,
+    /// The agent and the key as the caches share them: their ids and prefix are written into the record
+    /// from there, not copied first.
+    agent: Arc<Bucketed<Agent>>,
+    key: Arc<Bucketed<KeyRecord>>,
     /// The legacy session's digest (never the id the client holds), or `listen:<request id>`.
     session: Option<AuditText>,
     method: AuditText,
@@ -70,16 +74,27 @@ impl Trail {
     }
 
     /// A trail for a request of `key` to `agent`'s endpoint (the key may belong to another agent: a refusal).
-    pub(crate) fn of(agent: &Agent, key: &KeyRecord, headers: &HeaderMap, method: &str, target: &str) -> Self {
+    pub(crate) fn of(
+        agent: &Arc<Bucketed<Agent>>,
+        key: &Arc<Bucketed<KeyRecord>>,
+        headers: &HeaderMap,
+        method: &str,
+        target: &str,
+    ) -> Self {
         Self::with(agent, key, &SessionHeader::of(headers), method, target)
     }
 
-    fn with(agent: &Agent, key: &KeyRecord, session: &SessionHeader, method: &str, target: &str) -> Self {
+    fn with(
+        agent: &Arc<Bucketed<Agent>>,
+        key: &Arc<Bucketed<KeyRecord>>,
+        session: &SessionHeader,
+        method: &str,
+        target: &str,
+    ) -> Self {
         let session = session.digest().map(|digest| AuditText::from(digest.as_str()));
         Self {
-            agent_id: agent.id.as_str().into(),
-            key_id: key.id.as_str().into(),
-            key_prefix: key.prefix.as_str().into(),
+            agent: agent.clone(),
+            key: key.clone(),
             session,
             method: cut(method),
             target: cut(target),
@@ -126,10 +141,23 @@ impl Trail {
         trail
     }
 
-    /// Attaches the trail to `response`, which is then audited.
-    pub fn attach(self, mut response: Response) -> Response {
-        response.extensions_mut().insert(self);
-        response
+    /// `response` with this trail: the answer [`record`] makes the record of.
+    pub fn attach(self, response: Response) -> Answered {
+        Answered { response, trail: Some(self) }
+    }
+}
+
+/// An answer of the MCP endpoint and its [`Trail`], none for a request refused before its key and agent were
+/// known. Handed back beside the answer rather than in its extensions, which would cost every request a map
+/// and two allocations.
+pub struct Answered {
+    pub response: Response,
+    pub trail: Option<Trail>,
+}
+
+impl From<Response> for Answered {
+    fn from(response: Response) -> Self {
+        Self { response, trail: None }
     }
 }
 
@@ -196,6 +224,11 @@ fn target_of(call: &Call) -> &str {
 /// The client chooses these values (a JSON string may hold `\u0000`), and PostgreSQL's text refuses NUL:
 /// one such record would fail its whole batch on every retry.
 pub(crate) fn cut(value: &str) -> AuditText {
+    kept(value).as_ref().into()
+}
+
+/// [`cut`], borrowed from `value` when that is all of it: nearly always.
+fn kept(value: &str) -> Cow<'_, str> {
     fn first_chars(value: &str) -> &str {
         // A value of at most that many bytes has at most that many chars: only a longer one is walked.
         if value.len() <= MAX_FIELD_CHARS {
@@ -205,10 +238,10 @@ pub(crate) fn cut(value: &str) -> AuditText {
     }
     let kept = first_chars(value);
     if !kept.contains('\0') {
-        return kept.into();
+        return Cow::Borrowed(kept);
     }
     // Escaping only lengthens, so the escaped value's first chars all come from these.
-    first_chars(&kept.replace('\0', "\\u0000")).into()
+    Cow::Owned(first_chars(&kept.replace('\0', "\\u0000")).to_owned())
 }
 
 /// A `User-Agent` as the record stores it: as sent when it is visible ASCII (the usual case); otherwise with
@@ -248,12 +281,12 @@ fn address_text(address: IpAddr) -> AuditText {
     text
 }
 
-/// Around `/{agent_id}/mcp` ([`crate::mcp::transport::endpoint`]): turns the [`Trail`] on the answer of `run` into
+/// Around `/{agent_id}/mcp` ([`crate::mcp::transport::endpoint`]): turns the [`Trail`] `run` answers with into
 /// an audit record.
 pub async fn record<F, Fut>(state: &AppState, request: Request, run: F) -> Response
 where
     F: FnOnce(Request) -> Fut,
-    Fut: Future<Output = Response>,
+    Fut: Future<Output = Answered>,
 {
     // With `audit.on_overload = "reject"`, the record's place in the queue is taken before the request is
     // served: a full queue refuses it instead.
@@ -269,11 +302,12 @@ where
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(peer)| state.guard.client_ip(peer.ip(), headers));
     let user_agent = headers.get(header::USER_AGENT).map(user_agent_text);
-    let request_id = headers.get(REQUEST_ID).and_then(|v| v.to_str().ok()).map(cut);
+    // Shared with the request's fields, not copied: the id is written into the record from there.
+    let request_id = headers.get(REQUEST_ID).cloned();
     // The trace the request span joined; a message's `_meta` overrides it below.
     let trace_id = TraceParent::from_headers(headers).map(|parent| parent.trace_id_hex());
-    let mut response = run(request).await;
-    let Some(mut trail) = response.extensions_mut().remove::<Trail>() else { return response };
+    let Answered { response, trail } = run(request).await;
+    let Some(mut trail) = trail else { return response };
     let trace_id = trail.trace_id.take().or(trace_id);
     let error_code = response.extensions().get::<ErrorCode>().map(|code| code.0);
     let is_ok = error_code.is_none() && response.status().is_success();
@@ -289,11 +323,11 @@ where
         return response;
     }
     let common = Common {
-        agent_id: trail.agent_id,
-        key_id: trail.key_id,
-        key_prefix: trail.key_prefix,
+        agent_id: trail.agent.id.as_str(),
+        key_id: trail.key.id.as_str(),
+        key_prefix: trail.key.prefix.as_str(),
         session: trail.session,
-        request_id,
+        request_id: request_id.as_ref().and_then(|id| id.to_str().ok()).map(kept),
         client_ip,
         user_agent,
     };
@@ -331,12 +365,12 @@ where
 }
 
 /// What every record of one HTTP request shares.
-struct Common {
-    agent_id: AuditText,
-    key_id: AuditText,
-    key_prefix: AuditText,
+struct Common<'a> {
+    agent_id: &'a str,
+    key_id: &'a str,
+    key_prefix: &'a str,
     session: Option<AuditText>,
-    request_id: Option<AuditText>,
+    request_id: Option<Cow<'a, str>>,
     client_ip: Option<IpAddr>,
     user_agent: Option<AuditText>,
 }
@@ -353,7 +387,7 @@ struct Entry {
     trace_id: Option<String>,
 }
 
-impl Common {
+impl Common<'_> {
     /// The record of `entry`, written straight into the one buffer the writer takes.
     fn record(&self, entry: &Entry) -> QueuedRecord {
         let mut id = uuid::Uuid::encode_buffer();
@@ -361,17 +395,17 @@ impl Common {
         let client_ip = self.client_ip.map(address_text);
         QueuedRecord::new(&ChainFields {
             id,
-            agent_id: &self.agent_id,
+            agent_id: self.agent_id,
             occurred_at: entry.occurred_at.as_micros(),
             kind: "mcp",
-            actor: ["key:", &self.key_id],
+            actor: ["key:", self.key_id],
             action: &entry.method,
             target: &entry.target,
             before_digest: None,
             after_digest: None,
             request_id: self.request_id.as_deref(),
-            key_id: Some(&self.key_id),
-            key_prefix: Some(&self.key_prefix),
+            key_id: Some(self.key_id),
+            key_prefix: Some(self.key_prefix),
             session_id: self.session.as_deref(),
             method: Some(&entry.method),
             outcome: Some(if entry.is_ok { "ok" } else { "error" }),
@@ -409,11 +443,11 @@ mod tests {
             ("", None, None),
         ] {
             let common = Common {
-                agent_id: "bot".into(),
-                key_id: key_id.into(),
-                key_prefix: "bak_abc".into(),
+                agent_id: "bot",
+                key_id,
+                key_prefix: "bak_abc",
                 session: Some("digest".into()),
-                request_id: Some("req \"1\"".into()),
+                request_id: Some(Cow::Borrowed("req \"1\"")),
                 client_ip: client_ip.map(|ip| ip.parse().expect("an address")),
                 user_agent: None,
             };
@@ -438,7 +472,7 @@ mod tests {
                 actor: compact_str::format_compact!("key:{key_id}"),
                 action: "resources/read".into(),
                 target: entry.target.clone(),
-                request_id: common.request_id.clone(),
+                request_id: common.request_id.as_deref().map(Into::into),
                 key_id: Some(key_id.into()),
                 key_prefix: Some("bak_abc".into()),
                 session_id: Some("digest".into()),

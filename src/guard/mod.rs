@@ -22,8 +22,8 @@
 //!   ([`client_ip`], [`failed_auth`]) and refuse a client that used up its attempts before anything else.
 //!
 //! The checks run inside the handlers, but the answer is finished by the middleware: the handler's check
-//! leaves the header values in a [`RateLimitSlot`] (a request extension the middleware put there), and the
-//! middleware copies them onto whatever response comes back ([`headers`]).
+//! leaves the header values in a [`RateLimitSlot`] (handed to the MCP endpoint, a request extension for the
+//! admin API), and the middleware copies them onto whatever response comes back ([`headers`]).
 //!
 //! [`client_ip`]: crate::guard::client_ip
 //! [`failed_auth`]: crate::guard::failed_auth
@@ -363,23 +363,25 @@ impl RateLimitSlot {
 
 /// Around `/{agent_id}/mcp` ([`crate::mcp::transport::endpoint`]): failed authentications per client, and
 /// the `RateLimit*` fields on the answer of `run`.
+/// `run` is given the slot its rate-limit checks leave the fields in, and marks a 401 that refused a presented
+/// credential ([`CredentialRefused`]).
 pub async fn mcp_gate<F, Fut>(state: &AppState, request: Request, run: F) -> Response
 where
-    F: FnOnce(Request) -> Fut,
+    F: FnOnce(Request, RateLimitSlot) -> Fut,
     Fut: Future<Output = Response>,
 {
     let failures = state.guard.failures();
     let (attempts, window_secs) = (failures.attempts(), failures.window().as_secs());
     let refuse =
         move |wait| McpError::LockedOut { retry_after_ms: millis_up(wait), attempts, window_secs }.into_http(None);
-    gate(state, request, run, false, refuse).await
+    gate(state, request, run, Guesses::Marked, false, refuse).await
 }
 
 /// Around `/admin/v1` on the public listener: failed authentications per client, and the `RateLimit*`
 /// fields.
 pub async fn admin_gate(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let refuse = locked_out_problem(&state);
-    gate(&state, request, |request| next.run(request), false, refuse).await
+    gate(&state, request, |request, slot| admin_run(next, request, slot), Guesses::ByFields, false, refuse).await
 }
 
 /// [`admin_gate`] on the operator listener, where the operator token is never locked out: an address there
@@ -388,7 +390,33 @@ pub async fn admin_gate(State(state): State<AppState>, request: Request, next: N
 pub async fn operator_admin_gate(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let is_operator = state.operator.is_presented_in(request.headers());
     let refuse = locked_out_problem(&state);
-    gate(&state, request, |request| next.run(request), is_operator, refuse).await
+    gate(&state, request, |request, slot| admin_run(next, request, slot), Guesses::ByFields, is_operator, refuse).await
+}
+
+/// The admin API's handlers find the slot among the request's extensions.
+fn admin_run(next: Next, mut request: Request, slot: RateLimitSlot) -> impl Future<Output = Response> {
+    request.extensions_mut().insert(slot);
+    next.run(request)
+}
+
+/// Marks a 401 of the MCP endpoint that refused a credential the request presented: a guess, counted against
+/// its client. (The endpoint reads the credential once, as it admits the request; a refusal is rare.)
+#[derive(Clone, Copy, Debug)]
+pub struct CredentialRefused;
+
+/// Whether `headers` present a credential: `Authorization` or the key header, whatever their value.
+pub fn presents_credential(headers: &axum::http::HeaderMap) -> bool {
+    headers.contains_key(axum::http::header::AUTHORIZATION) || headers.contains_key(&crate::http::auth::KEY_HEADER)
+}
+
+/// How the `gate` tells a 401 that refused a presented credential from one that only says a credential is
+/// needed.
+#[derive(Clone, Copy)]
+enum Guesses {
+    /// The request's fields present one ([`presents_credential`]).
+    ByFields,
+    /// The answer is marked [`CredentialRefused`].
+    Marked,
 }
 
 /// The admin API's answer to a locked-out client.
@@ -411,13 +439,14 @@ fn locked_out_problem(state: &AppState) -> impl FnOnce(Duration) -> Response + u
 /// only says one is needed (a client probing for the scheme, a health checker), so it is not counted.
 async fn gate<F, Fut>(
     state: &AppState,
-    mut request: Request,
+    request: Request,
     run: F,
+    guesses: Guesses,
     is_exempt: bool,
     refuse: impl FnOnce(Duration) -> Response,
 ) -> Response
 where
-    F: FnOnce(Request) -> Fut,
+    F: FnOnce(Request, RateLimitSlot) -> Fut,
     Fut: Future<Output = Response>,
 {
     let guard = &state.guard;
@@ -433,13 +462,14 @@ where
         }
         return response;
     }
-    let presented = request.headers().contains_key(axum::http::header::AUTHORIZATION)
-        || request.headers().contains_key(&crate::http::auth::KEY_HEADER);
+    let presented = match guesses {
+        Guesses::ByFields => Some(presents_credential(request.headers())),
+        Guesses::Marked => None,
+    };
     let slot = RateLimitSlot::default();
-    request.extensions_mut().insert(slot.clone());
-    let mut response = run(request).await;
+    let mut response = run(request, slot.clone()).await;
     if response.status() == StatusCode::UNAUTHORIZED
-        && presented
+        && presented.unwrap_or_else(|| response.extensions().get::<CredentialRefused>().is_some())
         && let Some(client) = client
         && let Some(count) = guard.failures().record(client)
     {

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, State};
-use axum::http::{HeaderName, HeaderValue, Request, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
@@ -294,13 +294,8 @@ where
 {
     let started = std::time::Instant::now();
     let headers = request.headers_mut();
-    for name in &SECRET_HEADERS {
-        if let header::Entry::Occupied(mut entry) = headers.entry(name) {
-            entry.iter_mut().for_each(|value| value.set_sensitive(true));
-        }
-    }
-    let request_id = match headers.get(REQUEST_ID) {
-        Some(id) => id.clone(),
+    let request_id = match hide_secrets(headers) {
+        Some(id) => id,
         None => {
             let id = new_request_id();
             headers.insert(REQUEST_ID, id.clone());
@@ -352,6 +347,21 @@ where
         response = response.map(|body| axum::body::Body::new(InSpan { body, span }));
     }
     response
+}
+
+/// Marks the [`SECRET_HEADERS`] sensitive and returns the client's request id (its first `x-request-id`), in
+/// one walk over the fields (a request has a handful) rather than a lookup for each name: a name that is not
+/// one of HTTP's standard ones is hashed byte by byte on every lookup.
+fn hide_secrets(headers: &mut HeaderMap) -> Option<HeaderValue> {
+    let mut request_id = None;
+    for (name, value) in headers.iter_mut() {
+        if SECRET_HEADERS.contains(name) {
+            value.set_sensitive(true);
+        } else if request_id.is_none() && name == REQUEST_ID {
+            request_id = Some(value.clone());
+        }
+    }
+    request_id
 }
 
 /// A new request id: a random UUID.
@@ -428,4 +438,30 @@ async fn not_found() -> Response {
         r#"{"type":"about:blank","title":"Not Found","status":404,"detail":"no such endpoint"}"#,
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_hidden_and_the_clients_first_request_id_kept() {
+        let mut headers = HeaderMap::new();
+        headers.append(header::AUTHORIZATION, HeaderValue::from_static("Bearer token"));
+        headers.append(auth::KEY_HEADER, HeaderValue::from_static("bak_one"));
+        headers.append(auth::KEY_HEADER, HeaderValue::from_static("bak_two"));
+        headers.append(REQUEST_ID, HeaderValue::from_static("first"));
+        headers.append(REQUEST_ID, HeaderValue::from_static("second"));
+        headers.append(header::ACCEPT, HeaderValue::from_static("*/*"));
+        assert_eq!(hide_secrets(&mut headers), Some(HeaderValue::from_static("first")));
+        for name in &SECRET_HEADERS {
+            assert!(headers.get_all(name).iter().all(HeaderValue::is_sensitive), "{name} hidden");
+            assert!(!format!("{headers:?}").contains("bak_"), "no key in debug output");
+        }
+        assert!(!headers.get(REQUEST_ID).is_some_and(HeaderValue::is_sensitive));
+        assert!(!headers.get(header::ACCEPT).is_some_and(HeaderValue::is_sensitive));
+        let mut none = HeaderMap::new();
+        none.append(header::ACCEPT, HeaderValue::from_static("*/*"));
+        assert_eq!(hide_secrets(&mut none), None);
+    }
 }

@@ -39,12 +39,12 @@ use super::session::SessionHeader;
 use super::span;
 use super::stream::sse;
 use super::types::header as header_name;
-use crate::audit::request::{ErrorCode, Trail};
+use crate::audit::request::{Answered, ErrorCode, Trail};
 use crate::domain::model::{Agent, KeyRecord};
 use crate::domain::session::Session;
 use crate::domain::{AgentId, Scope};
 use crate::guard::Bucketed;
-use crate::guard::RateLimitSlot;
+use crate::guard::{CredentialRefused, RateLimitSlot, presents_credential};
 use crate::http::auth::{Challenge, is_key_of};
 use crate::metrics::{Refused, TokenOutcome};
 use crate::oauth::{self, AuthError, Authenticated, Presented};
@@ -85,24 +85,26 @@ pub(super) struct Refusal {
     error: McpError,
     trail: Option<Trail>,
     challenge: Option<Challenge>,
+    /// A 401 that refused a credential the request presented ([`CredentialRefused`]).
+    refused: bool,
 }
 
 impl Refusal {
-    pub(super) fn into_http(self) -> Response {
+    pub(super) fn into_http(self) -> Answered {
         let mut response = self.error.into_http(None);
         if let Some(challenge) = self.challenge {
             challenge.put_on(response.headers_mut());
         }
-        match self.trail {
-            Some(trail) => trail.attach(response),
-            None => response,
+        if self.refused {
+            response.extensions_mut().insert(CredentialRefused);
         }
+        Answered { response, trail: self.trail }
     }
 }
 
 impl From<McpError> for Refusal {
     fn from(error: McpError) -> Self {
-        Self { error, trail: None, challenge: None }
+        Self { error, trail: None, challenge: None, refused: false }
     }
 }
 
@@ -116,7 +118,7 @@ pub async fn endpoint(state: AppState, path_agent: Option<AgentId>, request: Req
     if let Some(preflight) = cors.preflight() {
         return preflight;
     }
-    let response = crate::guard::mcp_gate(&state, request, |request| {
+    let response = crate::guard::mcp_gate(&state, request, |request, slot| {
         crate::audit::request::record(&state, request, |request| async {
             let (parts, body) = request.into_parts();
             // What a refusal at the gate is audited as (a POST's method is only known from its body).
@@ -124,9 +126,9 @@ pub async fn endpoint(state: AppState, path_agent: Option<AgentId>, request: Req
                 http::Method::POST => UNREAD,
                 http::Method::GET | http::Method::HEAD => "GET",
                 http::Method::DELETE => "DELETE",
-                _ => return method_not_allowed().await,
+                _ => return method_not_allowed().await.into(),
             };
-            let admitted = match admit(&state, path_agent, &parts, audited_as).await {
+            let admitted = match admit(&state, path_agent, &parts, audited_as, slot).await {
                 Ok(admitted) => admitted,
                 Err(refusal) => return refusal.into_http(),
             };
@@ -154,7 +156,7 @@ pub async fn endpoint(state: AppState, path_agent: Option<AgentId>, request: Req
 /// `POST /{agent_id}/mcp` once [`admit`]ted: one JSON-RPC message, or a batch where 2025-03-26 allows it.
 /// The request span is given the agent with the message's method and era, or alone ([`AgentOnDrop`]) for a
 /// body that is not a message and for a request that ends before its message is known.
-pub(super) async fn post(state: &AppState, admitted: Admitted, headers: &HeaderMap, body: HttpBody) -> Response {
+pub(super) async fn post(state: &AppState, admitted: Admitted, headers: &HeaderMap, body: HttpBody) -> Answered {
     let naming = AgentOnDrop(Some(admitted.agent.id.as_str()));
     let unparsed = |admitted: &Admitted| Trail::new(admitted, "-", "");
     let bytes = match read_body(body, headers, state.config.limits.max_body_bytes).await {
@@ -241,6 +243,7 @@ pub(super) async fn admit(
     path_agent: Option<AgentId>,
     parts: &Parts,
     method: &str,
+    slot: RateLimitSlot,
 ) -> Result<Admitted, Refusal> {
     let headers = &parts.headers;
     origin::check(headers, &parts.uri, &state.config.mcp)?;
@@ -283,7 +286,8 @@ pub(super) async fn admit(
                 }
             };
             let challenge = challenge(code, code.map(|_| error.to_string()));
-            return Err(Refusal { error, trail: None, challenge });
+            let refused = presents_credential(headers);
+            return Err(Refusal { error, trail: None, challenge, refused });
         }
     };
     let agent_id = path_agent.as_ref().ok_or(McpError::UnknownAgent)?;
@@ -314,7 +318,12 @@ pub(super) async fn admit(
     // the method's handler ([`endpoint`]).
     let refused = |error: McpError, target: &str| {
         span::record_agent(agent.id.as_str());
-        Refusal { challenge: None, error, trail: Some(Trail::of(&agent, &key, headers, method, target)) }
+        Refusal {
+            challenge: None,
+            error,
+            trail: Some(Trail::of(&agent, &key, headers, method, target)),
+            refused: false,
+        }
     };
     if !is_key_of(&key, &agent.id) {
         let target = format!("agent:{}", key.agent_id);
@@ -325,13 +334,12 @@ pub(super) async fn admit(
         let challenge = if is_token { challenge(Some("insufficient_scope"), Some(error.to_string())) } else { None };
         return Err(Refusal { challenge, ..refused(error, "") });
     }
-    let slot = parts.extensions.get::<RateLimitSlot>();
-    if let Err(limited) = rate_limit(state, slot, &key, &agent).await {
+    if let Err(limited) = rate_limit(state, Some(&slot), &key, &agent).await {
         let refusal = refused(limited.error.clone(), "");
         limited.log_cause();
         return Err(refusal);
     }
-    Ok(Admitted { agent, key, slot: slot.cloned(), link, session: SessionHeader::of(headers) })
+    Ok(Admitted { agent, key, slot: Some(slot), link, session: SessionHeader::of(headers) })
 }
 
 /// One token from the key's bucket and from the agent's, which all its keys share ([`crate::guard`]): for

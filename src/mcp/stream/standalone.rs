@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use super::body::{Flavor, Start, Stream};
 use super::hub::StreamKind;
 use super::sse::{self, EventId, Interest};
-use crate::audit::request::Trail;
+use crate::audit::request::{Answered, Trail};
 use crate::domain::session::Session;
 use crate::events::BusMessage;
 use crate::mcp::error::McpError;
@@ -32,7 +32,7 @@ use crate::state::AppState;
 const PRIMING_SINCE: &str = "2025-11-25";
 
 /// `GET /{agent_id}/mcp` once admitted ([`crate::mcp::transport::endpoint`]): the session's SSE stream.
-pub(in crate::mcp) async fn get(state: &AppState, admitted: &Admitted, headers: &HeaderMap) -> Response {
+pub(in crate::mcp) async fn get(state: &AppState, admitted: &Admitted, headers: &HeaderMap) -> Answered {
     let trail = Trail::new(admitted, "GET", "");
     trail.attach(open(state, admitted, headers).await.unwrap_or_else(|error| error.into_http(None)))
 }
@@ -110,7 +110,7 @@ fn check_version(headers: &HeaderMap) -> Result<(), McpError> {
 }
 
 /// `DELETE /{agent_id}/mcp` once admitted: ends the session on every replica (its stream closes); 204.
-pub(in crate::mcp) async fn delete(state: &AppState, admitted: &Admitted, headers: &HeaderMap) -> Response {
+pub(in crate::mcp) async fn delete(state: &AppState, admitted: &Admitted, headers: &HeaderMap) -> Answered {
     let trail = Trail::new(admitted, "DELETE", "");
     trail.attach(end(state, admitted, headers).await.unwrap_or_else(|error| error.into_http(None)))
 }
