@@ -42,6 +42,7 @@ use crate::mcp::transport::Admitted;
 use crate::metrics::{Era, McpLabels, McpMethodLabels, Outcome};
 use crate::state::AppState;
 use crate::telemetry::TraceParent;
+use crate::telemetry::context::TRACEPARENT_HEADER;
 
 /// The longest target, user agent or method kept in a record; longer values are cut (on a char boundary).
 const MAX_FIELD_CHARS: usize = 512;
@@ -301,11 +302,22 @@ where
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(peer)| state.guard.client_ip(peer.ip(), headers));
-    let user_agent = headers.get(header::USER_AGENT).map(user_agent_text);
-    // Shared with the request's fields, not copied: the id is written into the record from there.
-    let request_id = headers.get(REQUEST_ID).cloned();
+    // One walk over the fields for the three this needs (a lookup hashes a name that is not one of HTTP's
+    // standard ones byte by byte).
+    let (mut user_agent, mut request_id, mut is_traced) = (None, None, false);
+    for (name, value) in headers {
+        if name == header::USER_AGENT {
+            user_agent = user_agent.or(Some(value));
+        } else if name == REQUEST_ID {
+            // Shared with the request's fields, not copied: the id is written into the record from there.
+            request_id = request_id.or_else(|| Some(value.clone()));
+        } else if name == TRACEPARENT_HEADER {
+            is_traced = true;
+        }
+    }
+    let user_agent = user_agent.map(user_agent_text);
     // The trace the request span joined; a message's `_meta` overrides it below.
-    let trace_id = TraceParent::from_headers(headers).map(|parent| parent.trace_id_hex());
+    let trace_id = is_traced.then(|| TraceParent::from_headers(headers)).flatten().map(|parent| parent.trace_id_hex());
     let Answered { response, trail } = run(request).await;
     let Some(mut trail) = trail else { return response };
     let trace_id = trail.trace_id.take().or(trace_id);

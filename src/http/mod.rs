@@ -337,9 +337,7 @@ where
     if let Some(Refused(limit)) = response.extensions().get::<Refused>() {
         metrics.refused(*limit);
     }
-    if !response.headers().contains_key(REQUEST_ID) {
-        response.headers_mut().insert(REQUEST_ID, request_id);
-    }
+    response.headers_mut().entry(REQUEST_ID).or_insert(request_id);
     // A stream's events are produced while its body is polled, long after the answer's head: in the span.
     if let Some(span) = span
         && response.body().size_hint().exact().is_none()

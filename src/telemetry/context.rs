@@ -14,7 +14,7 @@ pub const TRACEPARENT: &str = "traceparent";
 /// The `tracestate` key, in headers and in `_meta`.
 pub const TRACESTATE: &str = "tracestate";
 /// The header names, as `HeaderName`s: a lookup by one does not parse the name again.
-const TRACEPARENT_HEADER: HeaderName = HeaderName::from_static(TRACEPARENT);
+pub const TRACEPARENT_HEADER: HeaderName = HeaderName::from_static(TRACEPARENT);
 const TRACESTATE_HEADER: HeaderName = HeaderName::from_static(TRACESTATE);
 
 /// The longest `tracestate` kept (W3C: 32 members of at most 256 characters could be more; vendors may
