@@ -399,6 +399,7 @@ impl ChainVerifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::time::Timestamp;
 
     /// Every byte value at every place of values up to 40 bytes long, among bytes that need no escape: the
     /// word-wise check says what serde_json does.
@@ -423,7 +424,6 @@ mod tests {
             assert_eq!(needs_escape(value.as_bytes()), escaped.len() != value.len() + 2, "{value:?}");
         }
     }
-    use crate::domain::time::Timestamp;
 
     fn record(id: &str) -> AuditRecord {
         let record = crate::audit::read_record(id, "bot", Timestamp::from_micros(1_700_000_000_000_000), "test://a");

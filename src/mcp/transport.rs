@@ -85,7 +85,8 @@ pub(super) struct Refusal {
     error: McpError,
     trail: Option<Trail>,
     challenge: Option<Challenge>,
-    /// A 401 that refused a credential the request presented ([`CredentialRefused`]).
+    /// Whether the request presented a credential: a 401 that refused one is marked [`CredentialRefused`] (the
+    /// failed-authentication guard counts it; on any other status the mark is not looked at).
     refused: bool,
 }
 
