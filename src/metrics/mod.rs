@@ -203,7 +203,10 @@ label_values! {
     /// A registry cache lookup's result.
     pub enum CacheResult {
         Hit => "hit",
+        /// Loaded from the database.
         Miss => "miss",
+        /// Not cached, and shared the load another request was making of it.
+        Joined => "joined",
     }
 }
 

@@ -16,6 +16,12 @@
 //! read. An invalidation replaces that object, so a load that raced with it lands in an orphan nobody reads
 //! (and is not counted). Agent rows use a generation counter the same way `KeyCache` does.
 //!
+//! Single flight: concurrent misses of one entry in one registry object share one load. A change drops an
+//! agent's entries while all its clients keep asking; without this, each of their requests in flight would
+//! read the same rows again, as many loads as the agent has requests at once, on the pool every agent shares.
+//! A load in flight belongs to the registry object it started in, so a request that comes after an
+//! invalidation (and finds the new object) never waits for what the old one was loading.
+//!
 //! [`BusHook`]: crate::events::BusHook
 
 use std::any::Any;
@@ -154,6 +160,28 @@ struct RegistryInner {
     /// Hashed with foldhash: keys are looked up on every request, and SipHash (std's default) cost more
     /// than the lookup itself. Keys come from the registry and requests; foldhash's seed is per process.
     entries: HashMap<Key, (Entry, usize), foldhash::fast::RandomState>,
+    /// Loads in flight: the first miss of an entry runs the load, later ones wait for its value. `None` in
+    /// the cell when that load failed (or was dropped), and then each waiter loads on its own.
+    flights: HashMap<Key, Flight, foldhash::fast::RandomState>,
+}
+
+type Flight = Arc<tokio::sync::OnceCell<Option<Entry>>>;
+
+impl Registry {
+    /// The flight of `key`'s load, joined or begun.
+    fn flight(&self, key: &Key) -> Option<Flight> {
+        let mut inner = self.inner.lock().ok()?;
+        Some(inner.flights.entry(key.clone()).or_default().clone())
+    }
+
+    /// Ends `flight` once its load is over: the next miss of `key` loads anew.
+    fn land(&self, key: &Key, flight: &Flight) {
+        if let Ok(mut inner) = self.inner.lock()
+            && inner.flights.get(key).is_some_and(|current| Arc::ptr_eq(current, flight))
+        {
+            inner.flights.remove(key);
+        }
+    }
 }
 
 pub struct RegistryCache {
@@ -167,9 +195,10 @@ pub struct RegistryCache {
     bytes: AtomicUsize,
     max_bytes: usize,
     max_content_bytes: usize,
-    /// Hits and misses of [`RegistryCache::get_or_load`], resolved from their family once.
+    /// Hits, misses and joined loads of [`RegistryCache::get_or_load`], resolved from their family once.
     hits: ShardedCounter,
     misses: ShardedCounter,
+    joined: ShardedCounter,
 }
 
 impl RegistryCache {
@@ -184,13 +213,15 @@ impl RegistryCache {
             max_content_bytes,
             hits: ShardedCounter::default(),
             misses: ShardedCounter::default(),
+            joined: ShardedCounter::default(),
         }
     }
 
-    /// Counts hits and misses in `lookups` (a family the application exports).
+    /// Counts hits, misses and joined loads in `lookups` (a family the application exports).
     pub fn counting_lookups_in(mut self, lookups: Family<ResultLabels, ShardedCounter>) -> Self {
         self.hits = lookups.get_or_create_owned(&ResultLabels { result: CacheResult::Hit.as_str() });
         self.misses = lookups.get_or_create_owned(&ResultLabels { result: CacheResult::Miss.as_str() });
+        self.joined = lookups.get_or_create_owned(&ResultLabels { result: CacheResult::Joined.as_str() });
         self
     }
 
@@ -289,12 +320,54 @@ impl RegistryCache {
             self.hits.inc();
             return Ok(hit);
         }
+        let Some(flight) = registry.flight(&key) else {
+            self.misses.inc();
+            return self.load_into(&registry, agent, key, load).await;
+        };
+        // The first request to reach the flight runs its load in it, and keeps its own result (an error
+        // included); the others wait for the value.
+        let (mut load, mut own) = (Some(load), None);
+        let shared = {
+            let (load, own, registry, key) = (&mut load, &mut own, &registry, &key);
+            flight
+                .get_or_init(move || async move {
+                    let load = load.take()?;
+                    self.misses.inc();
+                    let result = self.load_into(registry, agent, key.clone(), load).await;
+                    let shared = result.as_ref().ok().map(|value| Arc::clone(value) as Entry);
+                    *own = Some(result);
+                    shared
+                })
+                .await
+                .clone()
+        };
+        registry.land(&key, &flight);
+        let load = match (own, load) {
+            (Some(result), _) => return result,
+            (None, Some(load)) => load,
+            (None, None) => unreachable!("a load taken gives its result"),
+        };
+        if let Some(value) = shared.and_then(|entry| entry.downcast::<T>().ok()) {
+            self.joined.inc();
+            return Ok(value);
+        }
+        // The shared load failed or was dropped: this request's own, as without a flight.
         self.misses.inc();
+        self.load_into(&registry, agent, key, load).await
+    }
+
+    /// Loads the value of `key` and keeps it in `registry` when the loader gives its size.
+    async fn load_into<T, F, Fut>(&self, registry: &Registry, agent: &AgentId, key: Key, load: F) -> StoreResult<Arc<T>>
+    where
+        T: Send + Sync + 'static,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = StoreResult<Loaded<T>>>,
+    {
         let loaded = load().await?;
         let Some(bytes) = loaded.bytes else { return Ok(Arc::new(loaded.value)) };
         // Kept in the caches' arena, as the loaders make what the value holds (src/allocator.rs).
         let value = crate::allocator::in_cache_scope(|| Arc::new(loaded.value));
-        self.insert(agent, &registry, key, value.clone(), bytes);
+        self.insert(agent, registry, key, value.clone(), bytes);
         Ok(value)
     }
 
@@ -346,8 +419,9 @@ impl RegistryCache {
             self.bytes.fetch_sub(inner.bytes, Ordering::Relaxed);
             inner.bytes = 0;
             // Replaced, not cleared: a key's link may keep the retired registry until the key is used
-            // again, and should not keep the table's memory with it.
+            // again, and should not keep the table's memory with it. Loads in flight land in nothing.
             inner.entries = HashMap::default();
+            inner.flights = HashMap::default();
         }
     }
 

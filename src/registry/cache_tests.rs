@@ -1,4 +1,5 @@
 use std::sync::atomic::AtomicU32;
+use std::time::Duration;
 
 use super::*;
 use crate::config::DatabaseConfig;
@@ -95,6 +96,136 @@ async fn a_load_that_races_an_invalidation_is_not_kept() {
         .expect("load");
     let fresh = load(&f.cache, &a, Key::Templates, &calls, 5).await;
     assert_eq!((fresh.as_str(), calls.load(Ordering::SeqCst)), ("value", 2));
+}
+
+/// What `flight` below lets through: one load of `key` at a time holds until the test opens `gate`; each
+/// load says which it was (its count, from 1) and fails when it is the `failing` one.
+struct Flown {
+    calls: AtomicU32,
+    gate: tokio::sync::Semaphore,
+    failing: u32,
+}
+
+impl Flown {
+    fn new(failing: u32) -> Arc<Self> {
+        Arc::new(Self { calls: AtomicU32::new(0), gate: tokio::sync::Semaphore::new(0), failing })
+    }
+
+    fn calls(&self) -> u32 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+/// Starts `n` lookups of `key` at once on the test's runtime, each load waiting at `flown`'s gate, and lets
+/// each run to where it waits.
+async fn flights(
+    f: &Fixture,
+    key: Key,
+    n: usize,
+    flown: &Arc<Flown>,
+    bytes: Option<usize>,
+) -> Vec<tokio::task::JoinHandle<StoreResult<Arc<String>>>> {
+    let tasks = (0..n)
+        .map(|_| {
+            let (cache, flown, key) = (f.cache.clone(), flown.clone(), key.clone());
+            tokio::spawn(async move {
+                cache
+                    .get_or_load(&agent("a"), key, || async move {
+                        let call = flown.calls.fetch_add(1, Ordering::SeqCst) + 1;
+                        let _open = flown.gate.acquire().await.expect("the gate stays");
+                        if call == flown.failing {
+                            return Err(crate::store::StoreError::NotFound);
+                        }
+                        Ok(Loaded { value: format!("load {call}"), bytes })
+                    })
+                    .await
+            })
+        })
+        .collect();
+    // The test's runtime has one thread: every task runs until it waits before this sleep ends.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    tasks
+}
+
+async fn results(tasks: Vec<tokio::task::JoinHandle<StoreResult<Arc<String>>>>) -> Vec<Result<String, String>> {
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.expect("the task ends").map(|value| (*value).clone()).map_err(|e| e.to_string()));
+    }
+    results
+}
+
+#[tokio::test]
+async fn concurrent_misses_share_one_load() {
+    let f = fixture(MIN_DEFAULT_MAX_BYTES as usize).await;
+    let flown = Flown::new(0);
+    let tasks = flights(&f, Key::Templates, 8, &flown, Some(10)).await;
+    assert_eq!(flown.calls(), 1, "the other seven wait for the first one's load");
+    flown.gate.add_permits(100);
+    assert_eq!(results(tasks).await, vec![Ok("load 1".to_owned()); 8]);
+    // Kept: the next lookup is a hit. After a change, the next miss loads anew (the flight has landed).
+    let calls = AtomicU32::new(0);
+    assert_eq!(load(&f.cache, &agent("a"), Key::Templates, &calls, 10).await.as_str(), "load 1");
+    f.bus.publish(BusMessage::Change { agent: agent("a"), seq: 1 });
+    assert_eq!(load(&f.cache, &agent("a"), Key::Templates, &calls, 10).await.as_str(), "value");
+    assert_eq!((flown.calls(), calls.load(Ordering::SeqCst)), (1, 1));
+}
+
+#[tokio::test]
+async fn a_value_not_kept_is_shared_by_the_misses_that_waited_for_it_only() {
+    let f = fixture(MIN_DEFAULT_MAX_BYTES as usize).await;
+    let flown = Flown::new(0);
+    let tasks = flights(&f, Key::Templates, 4, &flown, None).await;
+    flown.gate.add_permits(100);
+    assert_eq!(results(tasks).await, vec![Ok("load 1".to_owned()); 4]);
+    let later = flights(&f, Key::Templates, 1, &flown, None).await;
+    assert_eq!(results(later).await, vec![Ok("load 2".to_owned())], "not kept, so loaded again");
+}
+
+#[tokio::test]
+async fn a_failed_shared_load_fails_its_own_request_and_the_others_load_on_their_own() {
+    let f = fixture(MIN_DEFAULT_MAX_BYTES as usize).await;
+    let flown = Flown::new(1);
+    let tasks = flights(&f, Key::Templates, 3, &flown, Some(10)).await;
+    flown.gate.add_permits(100);
+    let results = results(tasks).await;
+    assert_eq!(results[0], Err("not found".to_owned()));
+    // Each waiter then loads on its own, at the same time; the last to store its value keeps it.
+    let mut rest: Vec<_> = results[1..].to_vec();
+    rest.sort();
+    assert_eq!(rest, vec![Ok("load 2".to_owned()), Ok("load 3".to_owned())]);
+    assert_eq!(flown.calls(), 3);
+}
+
+#[tokio::test]
+async fn a_dropped_load_hands_the_flight_to_a_waiter() {
+    let f = fixture(MIN_DEFAULT_MAX_BYTES as usize).await;
+    let flown = Flown::new(0);
+    let mut tasks = flights(&f, Key::Templates, 3, &flown, Some(10)).await;
+    // The first request goes away (its client hung up) while it loads: the next one loads in its stead.
+    let first = tasks.remove(0);
+    first.abort();
+    assert!(first.await.expect_err("aborted").is_cancelled());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(flown.calls(), 2);
+    flown.gate.add_permits(100);
+    assert_eq!(results(tasks).await, vec![Ok("load 2".to_owned()); 2]);
+}
+
+#[tokio::test]
+async fn a_miss_after_a_change_does_not_wait_for_a_load_begun_before_it() {
+    let f = fixture(MIN_DEFAULT_MAX_BYTES as usize).await;
+    let flown = Flown::new(0);
+    let stale = flights(&f, Key::Templates, 2, &flown, Some(10)).await;
+    f.bus.publish(BusMessage::Change { agent: agent("a"), seq: 1 });
+    let calls = AtomicU32::new(0);
+    // The load in flight is the old registry's: this one loads in the new registry, without waiting.
+    assert_eq!(load(&f.cache, &agent("a"), Key::Templates, &calls, 10).await.as_str(), "value");
+    flown.gate.add_permits(100);
+    assert_eq!(results(stale).await, vec![Ok("load 1".to_owned()); 2]);
+    // What the old registry's load found is not kept: the new registry's value stands.
+    assert_eq!(load(&f.cache, &agent("a"), Key::Templates, &calls, 10).await.as_str(), "value");
+    assert_eq!((flown.calls(), calls.load(Ordering::SeqCst)), (1, 1));
 }
 
 #[tokio::test]
