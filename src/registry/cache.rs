@@ -20,7 +20,11 @@
 //! agent's entries while all its clients keep asking; without this, each of their requests in flight would
 //! read the same rows again, as many loads as the agent has requests at once, on the pool every agent shares.
 //! A load in flight belongs to the registry object it started in, so a request that comes after an
-//! invalidation (and finds the new object) never waits for what the old one was loading.
+//! invalidation (and finds the new object) never waits for what the old one was loading. When the database
+//! cannot be reached, the waiters fail with the load at once rather than each trying again after as long a
+//! wait; after any other failure each loads on its own. A load whose request went away (its client hung up,
+//! its time ran out) is taken over by one of the requests waiting for it, and one nobody waits for leaves
+//! nothing behind.
 //!
 //! [`BusHook`]: crate::events::BusHook
 
@@ -40,7 +44,7 @@ use prometheus_client::metrics::family::Family;
 use crate::events::{BusHook, BusMessage, CacheGate, Stale};
 use crate::guard::Bucketed;
 use crate::metrics::{CacheResult, ResultLabels, ShardedCounter};
-use crate::store::{Store, StoreResult};
+use crate::store::{Store, StoreError, StoreResult};
 
 /// The least budget [`default_max_bytes`] gives: a small container's.
 pub const MIN_DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
@@ -160,26 +164,59 @@ struct RegistryInner {
     /// Hashed with foldhash: keys are looked up on every request, and SipHash (std's default) cost more
     /// than the lookup itself. Keys come from the registry and requests; foldhash's seed is per process.
     entries: HashMap<Key, (Entry, usize), foldhash::fast::RandomState>,
-    /// Loads in flight: the first miss of an entry runs the load, later ones wait for its value. `None` in
-    /// the cell when that load failed (or was dropped), and then each waiter loads on its own.
-    flights: HashMap<Key, Flight, foldhash::fast::RandomState>,
+    /// Loads in flight, each with the number of requests that hold it: the first miss of an entry runs the
+    /// load, later ones wait for what it came to.
+    flights: HashMap<Key, (Flight, usize), foldhash::fast::RandomState>,
 }
 
-type Flight = Arc<tokio::sync::OnceCell<Option<Entry>>>;
+/// A load in flight: the first request to reach the cell runs its load in it; if that request goes away
+/// before the load ends, the next one waiting runs its own in its stead.
+type Flight = Arc<tokio::sync::OnceCell<Landed>>;
+
+/// What a shared load came to.
+#[derive(Clone)]
+enum Landed {
+    Value(Entry),
+    /// The database could not be reached (why): the waiters fail with it at once.
+    Unavailable(Arc<str>),
+    /// Any other failure: each waiter loads on its own.
+    Failed,
+}
 
 impl Registry {
-    /// The flight of `key`'s load, joined or begun.
-    fn flight(&self, key: &Key) -> Option<Flight> {
+    /// The flight of `key`'s load, joined or begun; held until the [`Landing`] drops.
+    fn flight<'a>(&'a self, key: &'a Key) -> Option<Landing<'a>> {
         let mut inner = self.inner.lock().ok()?;
-        Some(inner.flights.entry(key.clone()).or_default().clone())
+        let (flight, holders) = inner.flights.entry(key.clone()).or_default();
+        *holders += 1;
+        Some(Landing { registry: self, key, flight: flight.clone() })
     }
+}
 
-    /// Ends `flight` once its load is over: the next miss of `key` loads anew.
-    fn land(&self, key: &Key, flight: &Flight) {
-        if let Ok(mut inner) = self.inner.lock()
-            && inner.flights.get(key).is_some_and(|current| Arc::ptr_eq(current, flight))
-        {
-            inner.flights.remove(key);
+/// A request's hold on a flight. Dropped however the request ends (answered, failed, or gone with its
+/// client), it ends the flight once the load is over, so that the next miss loads anew, or once no request
+/// holds it any more, so that a load nobody waits for leaves nothing behind.
+struct Landing<'a> {
+    registry: &'a Registry,
+    key: &'a Key,
+    flight: Flight,
+}
+
+impl Drop for Landing<'_> {
+    fn drop(&mut self) {
+        let Ok(mut inner) = self.registry.inner.lock() else { return };
+        // Another flight of the key (this one ended already), or none (the registry retired).
+        let Some((flight, holders)) = inner.flights.get_mut(self.key) else { return };
+        if !Arc::ptr_eq(flight, &self.flight) {
+            return;
+        }
+        *holders -= 1;
+        if *holders == 0 || self.flight.initialized() {
+            inner.flights.remove(self.key);
+            // As many flights as requests were at once: the table does not keep that size.
+            if inner.flights.is_empty() && inner.flights.capacity() > 64 {
+                inner.flights = HashMap::default();
+            }
         }
     }
 }
@@ -320,38 +357,52 @@ impl RegistryCache {
             self.hits.inc();
             return Ok(hit);
         }
-        let Some(flight) = registry.flight(&key) else {
+        let Some(landing) = registry.flight(&key) else {
             self.misses.inc();
             return self.load_into(&registry, agent, key, load).await;
         };
-        // The first request to reach the flight runs its load in it, and keeps its own result (an error
-        // included); the others wait for the value.
+        // The request that runs the load keeps its own result (an error included); the others wait for what
+        // it came to.
         let (mut load, mut own) = (Some(load), None);
-        let shared = {
+        let landed = {
             let (load, own, registry, key) = (&mut load, &mut own, &registry, &key);
-            flight
+            landing
+                .flight
                 .get_or_init(move || async move {
-                    let load = load.take()?;
+                    let Some(load) = load.take() else { return Landed::Failed };
                     self.misses.inc();
                     let result = self.load_into(registry, agent, key.clone(), load).await;
-                    let shared = result.as_ref().ok().map(|value| Arc::clone(value) as Entry);
+                    let landed = match &result {
+                        Ok(value) => Landed::Value(Arc::clone(value) as Entry),
+                        Err(StoreError::Unavailable(cause)) => Landed::Unavailable(cause.to_string().into()),
+                        Err(_) => Landed::Failed,
+                    };
                     *own = Some(result);
-                    shared
+                    landed
                 })
                 .await
                 .clone()
         };
-        registry.land(&key, &flight);
+        drop(landing);
         let load = match (own, load) {
             (Some(result), _) => return result,
             (None, Some(load)) => load,
             (None, None) => unreachable!("a load taken gives its result"),
         };
-        if let Some(value) = shared.and_then(|entry| entry.downcast::<T>().ok()) {
-            self.joined.inc();
-            return Ok(value);
+        match landed {
+            Landed::Value(entry) => {
+                if let Ok(value) = entry.downcast::<T>() {
+                    self.joined.inc();
+                    return Ok(value);
+                }
+            }
+            Landed::Unavailable(cause) => {
+                let waited = format!("the load this request waited for failed: {cause}");
+                return Err(StoreError::Unavailable(sqlx::Error::Protocol(waited)));
+            }
+            Landed::Failed => {}
         }
-        // The shared load failed or was dropped: this request's own, as without a flight.
+        // The shared load failed otherwise: this request's own, as without a flight.
         self.misses.inc();
         self.load_into(&registry, agent, key, load).await
     }
@@ -419,7 +470,7 @@ impl RegistryCache {
             self.bytes.fetch_sub(inner.bytes, Ordering::Relaxed);
             inner.bytes = 0;
             // Replaced, not cleared: a key's link may keep the retired registry until the key is used
-            // again, and should not keep the table's memory with it. Loads in flight land in nothing.
+            // again, and should not keep the table's memory with it. Loads in flight end in nothing.
             inner.entries = HashMap::default();
             inner.flights = HashMap::default();
         }

@@ -5,6 +5,7 @@ use super::*;
 use crate::config::DatabaseConfig;
 use crate::domain::model::{Actor, NewAgent};
 use crate::events::LocalBus;
+use crate::store::StoreError;
 use crate::store::sqlite::SqliteStore;
 
 struct Fixture {
@@ -98,17 +99,23 @@ async fn a_load_that_races_an_invalidation_is_not_kept() {
     assert_eq!((fresh.as_str(), calls.load(Ordering::SeqCst)), ("value", 2));
 }
 
-/// What `flight` below lets through: one load of `key` at a time holds until the test opens `gate`; each
-/// load says which it was (its count, from 1) and fails when it is the `failing` one.
+/// The loads of `flights` below: each waits at `gate` until the test lets it through, says which it was (its
+/// count, from 1), and fails when it is the `failing` one (the database unreachable when `unreachable`), keeping
+/// the gate's permit it took.
 struct Flown {
     calls: AtomicU32,
     gate: tokio::sync::Semaphore,
     failing: u32,
+    unreachable: bool,
 }
 
 impl Flown {
     fn new(failing: u32) -> Arc<Self> {
-        Arc::new(Self { calls: AtomicU32::new(0), gate: tokio::sync::Semaphore::new(0), failing })
+        Arc::new(Self { calls: AtomicU32::new(0), gate: tokio::sync::Semaphore::new(0), failing, unreachable: false })
+    }
+
+    fn unreachable(failing: u32) -> Arc<Self> {
+        Arc::new(Self { calls: AtomicU32::new(0), gate: tokio::sync::Semaphore::new(0), failing, unreachable: true })
     }
 
     fn calls(&self) -> u32 {
@@ -132,9 +139,13 @@ async fn flights(
                 cache
                     .get_or_load(&agent("a"), key, || async move {
                         let call = flown.calls.fetch_add(1, Ordering::SeqCst) + 1;
-                        let _open = flown.gate.acquire().await.expect("the gate stays");
+                        let open = flown.gate.acquire().await.expect("the gate stays");
                         if call == flown.failing {
-                            return Err(crate::store::StoreError::NotFound);
+                            open.forget();
+                            if flown.unreachable {
+                                return Err(StoreError::Unavailable(sqlx::Error::PoolTimedOut));
+                            }
+                            return Err(StoreError::NotFound);
                         }
                         Ok(Loaded { value: format!("load {call}"), bytes })
                     })
@@ -147,12 +158,19 @@ async fn flights(
     tasks
 }
 
+/// What each lookup came to, in the order started. A lookup that does not end within 5 s fails the test.
 async fn results(tasks: Vec<tokio::task::JoinHandle<StoreResult<Arc<String>>>>) -> Vec<Result<String, String>> {
     let mut results = Vec::new();
     for task in tasks {
-        results.push(task.await.expect("the task ends").map(|value| (*value).clone()).map_err(|e| e.to_string()));
+        let ended = tokio::time::timeout(Duration::from_secs(5), task).await.expect("the lookup ends");
+        results.push(ended.expect("the task ends").map(|value| (*value).clone()).map_err(|e| e.to_string()));
     }
     results
+}
+
+/// The flights `agent`'s registry holds.
+fn flights_held(f: &Fixture, id: &str) -> usize {
+    f.cache.registry_of(&agent(id)).inner.lock().expect("the registry's lock").flights.len()
 }
 
 #[tokio::test]
@@ -161,8 +179,10 @@ async fn concurrent_misses_share_one_load() {
     let flown = Flown::new(0);
     let tasks = flights(&f, Key::Templates, 8, &flown, Some(10)).await;
     assert_eq!(flown.calls(), 1, "the other seven wait for the first one's load");
+    assert_eq!(flights_held(&f, "a"), 1);
     flown.gate.add_permits(100);
     assert_eq!(results(tasks).await, vec![Ok("load 1".to_owned()); 8]);
+    assert_eq!(flights_held(&f, "a"), 0, "the flight ended with its load");
     // Kept: the next lookup is a hit. After a change, the next miss loads anew (the flight has landed).
     let calls = AtomicU32::new(0);
     assert_eq!(load(&f.cache, &agent("a"), Key::Templates, &calls, 10).await.as_str(), "load 1");
@@ -187,14 +207,52 @@ async fn a_failed_shared_load_fails_its_own_request_and_the_others_load_on_their
     let f = fixture(MIN_DEFAULT_MAX_BYTES as usize).await;
     let flown = Flown::new(1);
     let tasks = flights(&f, Key::Templates, 3, &flown, Some(10)).await;
+    assert_eq!(flown.calls(), 1);
+    // One permit: the first load fails (and keeps it); the two waiters then load at once, not one after the
+    // other, both held at the gate.
+    flown.gate.add_permits(1);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(flown.calls(), 3);
     flown.gate.add_permits(100);
     let results = results(tasks).await;
     assert_eq!(results[0], Err("not found".to_owned()));
-    // Each waiter then loads on its own, at the same time; the last to store its value keeps it.
     let mut rest: Vec<_> = results[1..].to_vec();
     rest.sort();
     assert_eq!(rest, vec![Ok("load 2".to_owned()), Ok("load 3".to_owned())]);
-    assert_eq!(flown.calls(), 3);
+}
+
+#[tokio::test]
+async fn when_the_database_cannot_be_reached_the_waiters_fail_with_the_shared_load_at_once() {
+    let f = fixture(MIN_DEFAULT_MAX_BYTES as usize).await;
+    let flown = Flown::unreachable(1);
+    let tasks = flights(&f, Key::Templates, 3, &flown, Some(10)).await;
+    flown.gate.add_permits(100);
+    let results = results(tasks).await;
+    assert_eq!(flown.calls(), 1, "no waiter tries again");
+    assert!(results[0].as_ref().is_err_and(|e| e.starts_with("database unavailable")), "{results:?}");
+    for waited in &results[1..] {
+        let error = waited.as_ref().expect_err("the shared load failed");
+        assert!(error.starts_with("database unavailable") && error.contains("waited for"), "{error}");
+    }
+    // The next miss loads anew.
+    let calls = AtomicU32::new(0);
+    assert_eq!(load(&f.cache, &agent("a"), Key::Templates, &calls, 10).await.as_str(), "value");
+}
+
+#[tokio::test]
+async fn a_load_nobody_waits_for_any_more_leaves_no_flight_behind() {
+    let f = fixture(MIN_DEFAULT_MAX_BYTES as usize).await;
+    let flown = Flown::new(0);
+    for n in 1..=3 {
+        // Every request goes away while the load runs: its client hung up, or its time ran out.
+        let tasks = flights(&f, Key::Content(compact_str::format_compact!("x://{n}")), n, &flown, Some(10)).await;
+        assert_eq!(flights_held(&f, "a"), 1);
+        for task in tasks {
+            task.abort();
+            assert!(task.await.expect_err("aborted").is_cancelled());
+        }
+        assert_eq!(flights_held(&f, "a"), 0);
+    }
 }
 
 #[tokio::test]
