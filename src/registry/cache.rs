@@ -23,8 +23,8 @@
 //! invalidation (and finds the new object) never waits for what the old one was loading. When the database
 //! cannot be reached, the waiters fail with the load at once rather than each trying again after as long a
 //! wait; after any other failure each loads on its own. A load whose request went away (its client hung up,
-//! its time ran out) is taken over by one of the requests waiting for it, and one nobody waits for leaves
-//! nothing behind.
+//! its time ran out) goes with it, and one of the requests waiting for it runs its own load instead; a flight
+//! nobody waits for any more leaves nothing behind.
 //!
 //! [`BusHook`]: crate::events::BusHook
 
@@ -205,7 +205,8 @@ struct Landing<'a> {
 impl Drop for Landing<'_> {
     fn drop(&mut self) {
         let Ok(mut inner) = self.registry.inner.lock() else { return };
-        // Another flight of the key (this one ended already), or none (the registry retired).
+        // None when this flight has ended already (another holder removed it once its load was over) or the
+        // registry retired; another flight of the key when a newer one began since.
         let Some((flight, holders)) = inner.flights.get_mut(self.key) else { return };
         if !Arc::ptr_eq(flight, &self.flight) {
             return;
@@ -397,8 +398,9 @@ impl RegistryCache {
                 }
             }
             Landed::Unavailable(cause) => {
-                let waited = format!("the load this request waited for failed: {cause}");
-                return Err(StoreError::Unavailable(sqlx::Error::Protocol(waited)));
+                self.joined.inc();
+                let waited = std::io::Error::other(format!("the load this request waited for failed: {cause}"));
+                return Err(StoreError::Unavailable(sqlx::Error::Io(waited)));
             }
             Landed::Failed => {}
         }

@@ -240,6 +240,31 @@ async fn when_the_database_cannot_be_reached_the_waiters_fail_with_the_shared_lo
 }
 
 #[tokio::test]
+async fn a_flight_ends_with_its_load_and_its_last_holders_leave_a_newer_one_alone() {
+    let f = fixture(MIN_DEFAULT_MAX_BYTES as usize).await;
+    let registry = f.cache.registry_of(&agent("a"));
+    // A request that holds the flight and has not yet looked at it.
+    let held = registry.flight(&Key::Templates).expect("a flight");
+    let flown = Flown::new(0);
+    flown.gate.add_permits(100);
+    let first = flights(&f, Key::Templates, 1, &flown, None).await;
+    assert_eq!(results(first).await, vec![Ok("load 1".to_owned())]);
+    assert_eq!(flights_held(&f, "a"), 0, "the flight ended with its load, though a request still holds it");
+    // So the next miss of a value not kept loads anew, in a flight of its own (held at the gate).
+    let later = Flown::new(0);
+    let second = flights(&f, Key::Templates, 2, &later, None).await;
+    assert_eq!((later.calls(), flights_held(&f, "a")), (1, 1));
+    drop(held);
+    assert_eq!(flights_held(&f, "a"), 1, "the old flight's last holder leaves the newer one alone");
+    let third = flights(&f, Key::Templates, 1, &later, None).await;
+    assert_eq!(later.calls(), 1, "a miss joins the newer flight");
+    later.gate.add_permits(100);
+    assert_eq!(results(second).await, vec![Ok("load 1".to_owned()); 2]);
+    assert_eq!(results(third).await, vec![Ok("load 1".to_owned())]);
+    assert_eq!(flown.calls(), 1);
+}
+
+#[tokio::test]
 async fn a_load_nobody_waits_for_any_more_leaves_no_flight_behind() {
     let f = fixture(MIN_DEFAULT_MAX_BYTES as usize).await;
     let flown = Flown::new(0);
@@ -278,7 +303,9 @@ async fn a_miss_after_a_change_does_not_wait_for_a_load_begun_before_it() {
     f.bus.publish(BusMessage::Change { agent: agent("a"), seq: 1 });
     let calls = AtomicU32::new(0);
     // The load in flight is the old registry's: this one loads in the new registry, without waiting.
-    assert_eq!(load(&f.cache, &agent("a"), Key::Templates, &calls, 10).await.as_str(), "value");
+    let a = agent("a");
+    let fresh = tokio::time::timeout(Duration::from_secs(5), load(&f.cache, &a, Key::Templates, &calls, 10));
+    assert_eq!(fresh.await.expect("no wait for the old registry's load").as_str(), "value");
     flown.gate.add_permits(100);
     assert_eq!(results(stale).await, vec![Ok("load 1".to_owned()); 2]);
     // What the old registry's load found is not kept: the new registry's value stands.
