@@ -10,7 +10,8 @@ use crate::mcp_client::{Mcp, agent_with_key};
 both!(
     metrics_count_known_traffic,
     the_cache_stays_within_its_budget,
-    a_keys_reads_are_fresh_and_cached_again_after_a_change
+    a_keys_reads_are_fresh_and_cached_again_after_a_change,
+    reads_at_once_after_a_change_are_fresh_and_each_counted_once
 );
 
 /// The value of the series `name{labels}` (labels exactly as exported, e.g. `method="GET"`), if present.
@@ -149,5 +150,31 @@ async fn a_keys_reads_are_fresh_and_cached_again_after_a_change(backend: Backend
         }
         let after = hits(&scrape(&app).await);
         assert_eq!(after - before, 3.0, "round {round}: the reads after the first were served from the cache");
+    }
+}
+
+/// Reads that miss one entry at once share its load (src/registry/cache.rs, single flight): after a change,
+/// sixteen reads sent together all get the new content, and each is counted once, as a hit, a load (`miss`) or
+/// a wait for another read's load (`joined`), and only one of them a load.
+async fn reads_at_once_after_a_change_are_fresh_and_each_counted_once(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = agent_with_key(&app, "bot").await;
+    let mcp = Mcp::new(&app, "bot", &key);
+    let lookups = |text: &str, result: &str| {
+        value(text, &format!("hivegate_cache_lookups_total{{result=\"{result}\"}}")).unwrap_or(0.0)
+    };
+    for (round, text) in ["one", "two", "three"].into_iter().enumerate() {
+        app.put_text("bot", "test://a", text).await;
+        let before = scrape(&app).await;
+        let reads = (0..16).map(|_| mcp.legacy("resources/read", json!({"uri": "test://a"})));
+        for read in futures::future::join_all(reads).await {
+            assert_eq!(read.result()["contents"][0]["text"], text, "round {round}: {}", read.body);
+        }
+        let after = scrape(&app).await;
+        let delta = |result: &str| lookups(&after, result) - lookups(&before, result);
+        let (hits, misses, joined) = (delta("hit"), delta("miss"), delta("joined"));
+        assert_eq!(hits + misses + joined, 16.0, "round {round}: {hits} hits, {misses} misses, {joined} joined");
+        // One load only: a read that overlapped it waited for it, one after it found the entry kept.
+        assert_eq!(misses, 1.0, "round {round}: {hits} hits, {misses} misses, {joined} joined");
     }
 }
